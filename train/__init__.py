@@ -1,0 +1,13 @@
+"""A lab for checkpoint save/load races in distributed training.
+
+The story, in reading order:
+  launch.py    Hydra main: check the config, start the ranks with torch elastic, collect, summarise
+  plan.py      config checks and the device/backend choice (before any rank starts)
+  worker.py    one rank: data, learner, fit, and the save/load under test
+  callbacks.py the SaveModelCallback variants, which differ only in how they sync
+  fastai_gloo.py  the one adaptation that lets fastai's DDP run on CPU ranks over gloo
+  events.py    each rank's append-only event log
+  outcomes.py  pure functions: events -> what each rank saw -> verdict
+  summary.py   summary.json, the environment, and the console table
+  report.py    a sweep -> report.csv, report.md and plots
+"""

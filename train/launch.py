@@ -1,0 +1,119 @@
+"""The launcher: Hydra main -> check the config -> start the ranks with torch elastic
+-> collect what they recorded -> summary.json and the console table.
+
+It never imports fastai; each rank does, in its own process (train/worker.py).
+"""
+import os
+import shutil
+import signal
+import sys
+import threading
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from train.events import LAUNCHER, EventLog, read_events
+from train.outcomes import judge
+from train.plan import ConfigError, make_plan
+from train.summary import environment, format_table, write_json_atomic
+
+EXIT_EXPECT_MISMATCH, EXIT_BAD_CONFIG, EXIT_INTERRUPTED = 1, 2, 130
+
+
+@record
+def rank_main(cfg: dict, plan: dict, run_dir: str) -> dict:
+    """Each rank's entry point (a top-level function, so spawn can import it)."""
+    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")  # raised by fastai's import
+    from train.worker import run_rank
+
+    return run_rank(cfg, plan, run_dir)
+
+
+def discard_run_dir(run_dir: Path):
+    """Remove what Hydra created for a run that never started; leave anything else alone."""
+    shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
+    for d in (run_dir, *run_dir.parents):  # and its parents that are now empty, up to the working dir
+        if d == Path.cwd() or not d.exists() or any(d.iterdir()):
+            break
+        d.rmdir()
+
+
+def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
+    """Start the ranks and wait for them. Returns ok | failed | interrupted | timeout."""
+    launch_cfg = LaunchConfig(
+        min_nodes=cfg["launch"]["nnodes"], max_nodes=cfg["launch"]["nnodes"],
+        nproc_per_node=plan.nproc_per_node, run_id=cfg["launch"]["rdzv_id"],
+        rdzv_backend="c10d", rdzv_endpoint=cfg["launch"]["rdzv_endpoint"],
+        rdzv_configs={"join_timeout": cfg["timeout"]["collective_s"]},
+        max_restarts=0, monitor_interval=0.1, start_method=cfg["launch"]["start_method"],
+        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL, tee=Std.ALL),
+    )
+    fired = threading.Event()
+
+    def stop_run():  # the agent turns SIGTERM into a shutdown of every rank
+        fired.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    watchdog = threading.Timer(cfg["timeout"]["run_s"], stop_run)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        elastic_launch(launch_cfg, rank_main)(cfg, asdict(plan), str(run_dir))
+        return "ok"
+    except ChildFailedError as e:
+        for rank, failure in sorted(e.failures.items()):
+            message = failure.message if isinstance(failure.message, str) and failure.error_file_data else None
+            events.record("rank_failed", failed_rank=rank, exitcode=failure.exitcode,
+                          message=(message or f"exit code {failure.exitcode}").splitlines()[0][:300])
+        return "failed"
+    except (SignalException, KeyboardInterrupt):
+        return "timeout" if fired.is_set() else "interrupted"
+    finally:
+        watchdog.cancel()
+
+
+@hydra.main(config_path=str(Path(__file__).resolve().parent.parent / "configs"), config_name="train", version_base="1.3")
+def main(dict_cfg) -> None:
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    cfg = OmegaConf.to_container(dict_cfg, resolve=True)
+    cfg["checkpoint"]["dir"] = str(Path(cfg["checkpoint"]["dir"]).resolve())
+    try:
+        plan = make_plan(cfg, torch.cuda.device_count())
+    except ConfigError as e:
+        discard_run_dir(run_dir)
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            raise  # Hydra records the job as failed, runs the rest and exits non-zero
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(EXIT_BAD_CONFIG)
+
+    print(f"run dir: {run_dir}\ndevice: {plan.device}+{plan.backend} ({plan.reason})\n"
+          f"callback={cfg['callback']['name']} world_size={cfg['world_size']} epochs={cfg['epochs']} "
+          f"skew: rank {cfg['skew']['rank']} sleeps {cfg['skew']['seconds']} s before the last save", flush=True)
+    events = EventLog(run_dir, LAUNCHER)
+    events.record("launch_start", world_size=cfg["world_size"], device=plan.device, backend=plan.backend)
+    status = launch(cfg, plan, run_dir, events)
+    events.record("launch_end", status=status)
+
+    verdict = judge(read_events(run_dir), cfg["world_size"]).as_dict()
+    summary = {**verdict, "status": status, "config": cfg, "plan": asdict(plan),
+               "environment": environment(), "run_dir": str(run_dir)}
+    write_json_atomic(run_dir / "summary.json", summary)
+
+    print("\n" + format_table(verdict) + f"\n\n{verdict['explanation']}\nsummary: {run_dir / 'summary.json'}",
+          flush=True)
+    if status == "interrupted":
+        sys.exit(EXIT_INTERRUPTED)
+    if cfg["expect"] and cfg["expect"] != verdict["verdict"]:
+        print(f"expected {cfg['expect']}, got {verdict['verdict']}", file=sys.stderr)
+        sys.exit(EXIT_EXPECT_MISMATCH)

@@ -1,0 +1,78 @@
+"""summary.json for one run, the environment it ran in, and the console table."""
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE_INFO = Path("/etc/race-lab/image.json")  # written into the container image at build time
+
+
+def _version(package):
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git():
+    def git(*args):
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10)
+    try:
+        sha = git("rev-parse", "HEAD")
+        if sha.returncode != 0:
+            return None
+        return {"sha": sha.stdout.strip(), "dirty": bool(git("status", "--porcelain").stdout.strip())}
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def environment() -> dict:
+    import torch  # already imported by the launcher; never fastai here
+
+    cuda = torch.cuda.is_available()
+    try:
+        nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else None
+    except Exception:
+        nccl = None
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "fastai": _version("fastai"),
+        "accelerate": _version("accelerate"),
+        "hydra": _version("hydra-core"),
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "git": _git(),
+        "image": json.loads(IMAGE_INFO.read_text()) if IMAGE_INFO.exists() else None,
+    }
+
+
+def write_json_atomic(path: Path, data: dict):
+    """Write to a temporary name, then rename: a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def format_table(verdict: dict) -> str:
+    cols = [("rank", "rank"), ("outcome", "outcome"), ("load_attempt", "load at"),
+            ("load_after_save_end", "vs save end"), ("barrier_wait", "barrier wait")]
+    rows = [[h for _, h in cols]]
+    for r in verdict["ranks"]:
+        t = r["timings"]
+        cell = {"rank": str(r["rank"]), "outcome": r["outcome"]}
+        for key in ("load_attempt", "load_after_save_end", "barrier_wait"):
+            cell[key] = f"{t[key]:+.2f} s" if key == "load_after_save_end" and key in t else \
+                f"{t[key]:.2f} s" if key in t else "-"
+        rows.append([cell[k] for k, _ in cols])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)

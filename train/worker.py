@@ -1,0 +1,69 @@
+"""One rank: join the group, build data and learner, fit, and save/load under test.
+
+Runs in a process started by torch elastic, which sets RANK, LOCAL_RANK, WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT. Every step lands in events/rank<N>.jsonl.
+"""
+import os
+import socket
+import warnings
+from datetime import timedelta
+
+import fastai.callback.progress  # noqa: F401  (adds Learner.no_bar)
+import fastai.callback.schedule  # noqa: F401  (adds Learner.fit_one_cycle)
+import torch
+import torch.distributed as dist
+from fastai.learner import Learner
+from fastai.layers import SimpleCNN
+from fastai.losses import CrossEntropyLossFlat
+from fastai.metrics import accuracy
+from fastai.torch_core import set_seed
+from hydra.utils import get_class
+
+from train.data import CHANNELS, make_dls
+from train.events import EventLog
+from train.fastai_gloo import distrib_ctx
+
+
+def epoch_table(learn):
+    """fastai's per-epoch table without the progress bar, whose carriage returns garble a log file."""
+    def log(values):
+        if not getattr(log, "started", False):
+            log.started = True
+            print("  ".join(f"{name:<10}" for name in learn.recorder.metric_names), flush=True)
+        print("  ".join(f"{v:<10.6f}" if isinstance(v, float) else f"{v!s:<10}" for v in values), flush=True)
+    return log
+
+
+def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    events = EventLog(run_dir, rank)
+    events.record("rank_start", pid=os.getpid(), host=socket.gethostname(),
+                  device=plan["device"], backend=plan["backend"])
+
+    if plan["device"] == "cuda":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")  # ranks share the cores
+        torch.set_num_threads(1)
+        device = torch.device("cpu")
+    dist.init_process_group(plan["backend"], timeout=timedelta(seconds=cfg["timeout"]["collective_s"]))
+    set_seed(cfg["seed"])
+
+    learn = Learner(make_dls(cfg["data"], cfg["seed"], device),
+                    SimpleCNN((CHANNELS[cfg["data"]["name"]], 16, 16, 2)),  # the seed's simple_cnn((3,16,16,2))
+                    loss_func=CrossEntropyLossFlat(), metrics=accuracy,
+                    path=run_dir, model_dir=cfg["checkpoint"]["dir"])
+    save_model_cb = get_class(cfg["callback"]["_target_"])(
+        events, fname=cfg["checkpoint"]["name"],
+        skew_rank=cfg["skew"]["rank"], skew_seconds=cfg["skew"]["seconds"],
+        keep_existing=cfg["checkpoint"]["keep_existing"], early_saves=cfg["checkpoint"]["early_saves"],
+        crash_rank=cfg["crash_rank"])
+
+    learn.logger = epoch_table(learn)
+    with distrib_ctx(learn, plan["device"], plan["backend"]), learn.no_bar():
+        learn.fit_one_cycle(cfg["epochs"], cfg["lr"], cbs=save_model_cb)
+
+    events.record("rank_end")
+    dist.destroy_process_group()
+    return {"rank": rank, "pid": os.getpid()}
