@@ -48,6 +48,15 @@ def discard_run_dir(run_dir: Path):
         d.rmdir()
 
 
+def failure_message(failure) -> str:
+    """One line on how a rank died: its exception where it left one, else its exit code or signal."""
+    if failure.error_file and os.path.isfile(failure.error_file):
+        return str(failure.message).strip().splitlines()[0][:300]
+    if failure.exitcode < 0:
+        return f"killed by {failure.signal_name()}"
+    return f"exit code {failure.exitcode}"
+
+
 def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
     """Start the ranks and wait for them. Returns ok | failed | interrupted | timeout."""
     launch_cfg = LaunchConfig(
@@ -72,9 +81,8 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
         return "ok"
     except ChildFailedError as e:
         for rank, failure in sorted(e.failures.items()):
-            message = failure.message if isinstance(failure.message, str) and failure.error_file_data else None
             events.record("rank_failed", failed_rank=rank, exitcode=failure.exitcode,
-                          message=(message or f"exit code {failure.exitcode}").splitlines()[0][:300])
+                          message=failure_message(failure))
         return "failed"
     except (SignalException, KeyboardInterrupt):
         return "timeout" if fired.is_set() else "interrupted"

@@ -4,9 +4,12 @@ Rank events (events/rank<N>.jsonl): rank_start, fit_start, skew_start, skew_end,
 save_start, save_end{digest}, train_end, barrier_enter, barrier_exit,
 barrier_error{error_type, message, timed_out}, load_attempt, load_done{digest},
 load_error{error_type, message}, crash, rank_end.
+A rank is `aborted` when the launcher stopped it after a peer failed, or when its
+barrier broke because a peer died (whichever comes first is a matter of timing).
 Launcher events (events/launcher.jsonl): launch_start, rank_failed{failed_rank, exitcode},
 launch_end{status: ok | failed | interrupted | timeout}.
 """
+import re
 from dataclasses import asdict, dataclass, field
 
 OUTCOMES = ("loaded", "missing", "stale", "corrupt", "timeout", "aborted", "error")
@@ -76,14 +79,19 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
     failed = _last(mine, "load_error")
     if failed:
         outcome = classify_load_error(failed["error_type"], failed["message"])
-        return RankOutcome(rank, outcome, f"{failed['error_type']}: {failed['message']}", timings)
+        return RankOutcome(rank, outcome, f"{failed['error_type']}: {short(failed['message'])}", timings)
 
+    failures = [e for e in launcher if e["event"] == "rank_failed"]
     barrier = _last(mine, "barrier_error")
     if barrier:
-        outcome = "timeout" if barrier.get("timed_out") else "error"
-        return RankOutcome(rank, outcome, f"barrier: {barrier['error_type']}: {barrier['message']}", timings)
+        if barrier.get("timed_out"):
+            return RankOutcome(rank, "timeout", f"barrier: {barrier['error_type']}: {short(barrier['message'])}", timings)
+        peers = sorted({e["failed_rank"] for e in failures} - {rank})
+        if peers:  # its barrier broke because a peer died: the peer's failure, not its own
+            return RankOutcome(rank, "aborted", f"its barrier broke when {_ranks(peers)} died", timings)
+        return RankOutcome(rank, "error", f"barrier: {barrier['error_type']}: {short(barrier['message'])}", timings)
 
-    died = [e for e in launcher if e["event"] == "rank_failed" and e["failed_rank"] == rank]
+    died = [e for e in failures if e["failed_rank"] == rank]
     if died:
         return RankOutcome(rank, "error", died[-1].get("message") or f"exit code {died[-1]['exitcode']}", timings)
     end = _last(launcher, "launch_end")
@@ -115,6 +123,12 @@ def rank_timings(mine: list, events: list) -> dict:
         # negative: this rank started reading before the last save had ended
         out["load_after_save_end"] = round(attempt["t"] - written[-1]["t"], 3)
     return out
+
+
+def short(message: str) -> str:
+    """The gist of an error message: no source-location prefix, first sentence only."""
+    message = re.sub(r"^\[[^\]]*\]\s*", "", message)
+    return message.split(". ")[0][:120]
 
 
 def _ranks(ranks):
@@ -168,7 +182,9 @@ def explain(outcomes: list, events: list) -> str:
     if by.get("error"):
         parts.append("; ".join(f"rank {o.rank} failed ({o.detail})" for o in by["error"]))
     if by.get("aborted"):
-        parts.append(f"the launcher stopped {_ranks(o.rank for o in by['aborted'])}")
+        end = _last(events, "launch_end")
+        why = "by an interrupt" if end and end["status"] == "interrupted" else "after a peer failed"
+        parts.append(f"{_ranks(o.rank for o in by['aborted'])} stopped {why}")
     if parts:
         return "race: " + "; ".join(parts)
 

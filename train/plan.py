@@ -90,12 +90,11 @@ def make_plan(cfg: dict, gpu_count: int) -> Plan:
     if backend == "auto":
         backend = "nccl" if device == "cuda" and enough else "gloo"
 
-    if device == "cuda" and gpu_count == 0:
-        raise _bad("device", "cuda", "no CUDA GPU is visible")
     if backend == "nccl" and device != "cuda":
         raise _bad("backend", "nccl", "needs device=cuda")
-    if backend == "nccl" and not enough:
-        raise _bad("backend", "nccl", f"needs one GPU per rank: {nproc} ranks on this node, {gpu_count} GPU(s) visible")
+    if device == "cuda" and not enough:  # fastai/Accelerate put rank r on cuda:r
+        key, value = ("backend", "nccl") if backend == "nccl" else ("device", "cuda")
+        raise _bad(key, value, f"needs one GPU per rank: {nproc} ranks on this node, {gpu_count} GPU(s) visible")
 
     if cfg["device"] == "auto" and cfg["backend"] == "auto":
         reason = (f"auto: {gpu_count} GPU(s) visible for {nproc} rank(s) on this node -> "

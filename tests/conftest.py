@@ -1,0 +1,54 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Run:
+    def __init__(self, proc, run_dir: Path):
+        self.proc, self.dir = proc, run_dir
+        self.rc, self.out, self.err = proc.returncode, proc.stdout, proc.stderr
+
+    @property
+    def summary(self) -> dict:
+        return json.loads((self.dir / "summary.json").read_text())
+
+    @property
+    def events(self) -> list:
+        from train.events import read_events
+        return read_events(self.dir)
+
+    def outcomes(self) -> dict:
+        return {r["rank"]: r["outcome"] for r in self.summary["ranks"]}
+
+    def rank_pids(self) -> list:
+        return [e["pid"] for e in self.events if e["event"] == "rank_start"]
+
+
+def run_train(run_dir: Path, *overrides, timeout=300) -> Run:
+    """python -m train as a user runs it, into run_dir; fails the test instead of hanging."""
+    proc = subprocess.run([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", *overrides],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return Run(proc, run_dir)
+
+
+def alive(pids) -> list:
+    """The pids still running (zombies count as gone)."""
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.fixture
+def train(tmp_path):
+    return lambda *overrides, **kw: run_train(tmp_path / "run", *overrides, **kw)

@@ -1,0 +1,127 @@
+"""End to end: python -m train with real gloo ranks on this machine, real files, real events."""
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import ROOT, alive
+
+
+def by_event(run, name):
+    return {e["rank"]: e for e in run.events if e["event"] == name}
+
+
+def test_unsynced_seed_scenario_races_and_records_everything(train):
+    run = train("callback=unsynced", "expect=race")  # the seed: 3 ranks, rank 0 saves 3 s late
+    assert run.rc == 0, run.err[-3000:]
+    assert run.outcomes() == {0: "loaded", 1: "missing", 2: "missing"}
+
+    s = run.summary
+    assert s["verdict"] == "race"
+    assert s["explanation"].startswith("race: ranks 1, 2 tried to load ")
+    assert s["explanation"].endswith(" before rank 0 finished saving (FileNotFoundError)")
+    for r in (1, 2):
+        assert s["ranks"][r]["timings"]["load_after_save_end"] < -1.0  # read well before the save ended
+    assert (s["plan"]["device"], s["plan"]["backend"]) == ("cpu", "gloo")
+    assert s["config"]["world_size"] == 3 and s["config"]["skew"] == {"seconds": 3.0, "rank": 0}
+    env = s["environment"]
+    assert env["torch"] and env["fastai"] == "2.8.12" and env["python"] and env["host"]
+    assert set(env["git"]) == {"sha", "dirty"}
+
+    # the run dir: hydra config, each rank's events and logs, the checkpoint
+    assert (run.dir / ".hydra/config.yaml").exists()
+    assert sorted(p.name for p in (run.dir / "events").iterdir()) == \
+        ["launcher.jsonl", "rank0.jsonl", "rank1.jsonl", "rank2.jsonl"]
+    assert len(list(run.dir.glob("logs/*/attempt_0/*/stdout.log"))) == 3
+    assert (run.dir / "models/best.pth").stat().st_size > 0
+
+    # fastai really trained with DDP over gloo: every rank wrapped, each on its own shard
+    starts = by_event(run, "fit_start")
+    assert all(starts[r]["ddp"] for r in range(3))
+    assert len({starts[r]["train_batches"] for r in range(3)}) == 1
+
+    # the console: fastai's table from one rank, each rank's load lines, the outcome table
+    assert run.out.count("train_loss") == 1
+    assert run.out.count("Attempting to load model.") == 3
+    assert "rank 0: Model saved." in run.out and "rank 0: Loaded model." in run.out
+    assert run.out.count("Load failed: FileNotFoundError") == 2
+    assert "rank  outcome" in run.out and s["explanation"] in run.out
+    assert not alive(run.rank_pids())
+
+
+def test_barrier_seed_scenario_is_clean_and_loads_wait_for_the_save(train):
+    run = train("callback=barrier", "expect=clean")
+    assert run.rc == 0, run.err[-3000:]
+    assert run.outcomes() == {0: "loaded", 1: "loaded", 2: "loaded"}
+    assert run.summary["explanation"].startswith("clean: every rank loaded the last checkpoint rank 0 wrote")
+    save_end = by_event(run, "save_end")[0]["t"]
+    attempts = by_event(run, "load_attempt")
+    for r in (1, 2):
+        assert attempts[r]["t"] >= save_end
+        assert run.summary["ranks"][r]["timings"]["barrier_wait"] > 1.5  # they waited out rank 0's skew
+    # the seed's console: ranks 1 and 2 announce the load, rank 0 saves, then everyone loads
+    assert run.out.count("Loaded model.") == 3
+
+
+def test_an_older_checkpoint_is_read_as_stale_and_expect_mismatch_exits_1(train):
+    run = train("callback=unsynced", "world_size=2", "checkpoint.early_saves=true", "expect=clean")
+    assert run.rc == 1
+    assert "expected clean, got race" in run.err
+    assert run.outcomes() == {0: "loaded", 1: "stale"}
+    assert "loaded an older checkpoint (the epoch-" in run.summary["explanation"]
+
+
+def test_a_crashed_rank_leaves_its_events_and_no_process(train):
+    run = train("callback=barrier", "crash_rank=0")
+    assert run.rc == 0, run.err[-3000:]
+    assert run.outcomes() == {0: "error", 1: "aborted", 2: "aborted"}
+    assert run.summary["status"] == "failed"
+    assert run.summary["ranks"][0]["detail"] == "exit code 1"
+    for r in range(3):  # every rank's records survived
+        names = [e["event"] for e in run.events if e["rank"] == r]
+        assert names[:2] == ["rank_start", "fit_start"]
+    assert by_event(run, "crash")[0]
+    assert not alive(run.rank_pids())
+
+
+def test_a_barrier_whose_peer_stalls_ends_by_the_collective_timeout(train):
+    run = train("callback=barrier", "world_size=2", "skew.seconds=15", "timeout.collective_s=3")
+    assert run.rc == 0, run.err[-3000:]
+    rank1 = run.summary["ranks"][1]
+    assert rank1["outcome"] == "timeout"
+    assert 2.5 <= rank1["timings"]["barrier_wait"] < 12  # ended by the timeout, long before the peer came
+    assert not alive(run.rank_pids())
+
+
+def test_the_launcher_stops_every_rank_at_run_timeout(train):
+    run = train("callback=barrier", "skew.seconds=120", "timeout.run_s=20")
+    assert run.rc == 0, run.err[-3000:]
+    assert run.summary["status"] == "timeout"
+    assert set(run.outcomes().values()) == {"timeout"}
+    assert not alive(run.rank_pids())
+
+
+def test_ctrl_c_on_the_launcher_stops_every_rank(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", "skew.seconds=120"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline:  # wait until all three ranks are training
+            started = [p for p in (run_dir / "events").glob("rank*.jsonl") if "fit_start" in p.read_text()]
+            if len(started) == 3:
+                break
+            time.sleep(0.5)
+        assert len(started) == 3, "ranks did not start"
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the launcher
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert {r["outcome"] for r in summary["ranks"]} == {"aborted"}
+    pids = [json.loads(line)["pid"] for p in (run_dir / "events").glob("rank*.jsonl")
+            for line in p.read_text().splitlines() if '"rank_start"' in line]
+    assert len(pids) == 3 and not alive(pids)
