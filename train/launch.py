@@ -3,11 +3,13 @@
 
 It never imports fastai; each rank does, in its own process (train/worker.py).
 """
+import multiprocessing
 import os
 import shutil
 import signal
 import sys
 import threading
+import traceback
 import warnings
 from dataclasses import asdict
 from pathlib import Path
@@ -67,6 +69,9 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
         max_restarts=0, monitor_interval=0.1, start_method=cfg["launch"]["start_method"],
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL, tee=Std.ALL),
     )
+    if launch_cfg.start_method == "forkserver":
+        # ranks fork from a server that has imported fastai once; later jobs of a sweep start in a blink
+        multiprocessing.set_forkserver_preload(["train.worker"])
     fired = threading.Event()
 
     def stop_run():  # the agent turns SIGTERM into a shutdown of every rank
@@ -90,21 +95,8 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
         watchdog.cancel()
 
 
-@hydra.main(config_path=str(Path(__file__).resolve().parent.parent / "configs"), config_name="train", version_base="1.3")
-def main(dict_cfg) -> None:
-    hydra_cfg = HydraConfig.get()
-    run_dir = Path(hydra_cfg.runtime.output_dir)
-    cfg = OmegaConf.to_container(dict_cfg, resolve=True)
-    cfg["checkpoint"]["dir"] = str(Path(cfg["checkpoint"]["dir"]).resolve())
-    try:
-        plan = make_plan(cfg, torch.cuda.device_count())
-    except ConfigError as e:
-        discard_run_dir(run_dir)
-        if hydra_cfg.mode == RunMode.MULTIRUN:
-            raise  # Hydra records the job as failed, runs the rest and exits non-zero
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(EXIT_BAD_CONFIG)
-
+def run_experiment(cfg: dict, plan, run_dir: Path) -> dict:
+    """Launch, collect, classify; write summary.json and print the outcome table."""
     print(f"run dir: {run_dir}\ndevice: {plan.device}+{plan.backend} ({plan.reason})\n"
           f"callback={cfg['callback']['name']} world_size={cfg['world_size']} epochs={cfg['epochs']} "
           f"skew: rank {cfg['skew']['rank']} sleeps {cfg['skew']['seconds']} s before the last save", flush=True)
@@ -117,11 +109,44 @@ def main(dict_cfg) -> None:
     summary = {**verdict, "status": status, "config": cfg, "plan": asdict(plan),
                "environment": environment(), "run_dir": str(run_dir)}
     write_json_atomic(run_dir / "summary.json", summary)
-
     print("\n" + format_table(verdict) + f"\n\n{verdict['explanation']}\nsummary: {run_dir / 'summary.json'}",
           flush=True)
-    if status == "interrupted":
+    return summary
+
+
+@hydra.main(config_path=str(Path(__file__).resolve().parent.parent / "configs"), config_name="train", version_base="1.3")
+def main(dict_cfg) -> str:
+    """One run. In a sweep (-m) a bad or crashed job is reported and the sweep goes on;
+    train/sweep.py then exits non-zero at the end. Returns ok | invalid | crashed | unexpected."""
+    hydra_cfg = HydraConfig.get()
+    in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    cfg = OmegaConf.to_container(dict_cfg, resolve=True)
+    cfg["checkpoint"]["dir"] = str(Path(cfg["checkpoint"]["dir"]).resolve())
+    try:
+        plan = make_plan(cfg, torch.cuda.device_count())
+    except ConfigError as e:
+        discard_run_dir(run_dir)
+        print(f"error: {e}", file=sys.stderr)
+        if in_sweep:
+            return "invalid"
+        sys.exit(EXIT_BAD_CONFIG)
+
+    try:
+        summary = run_experiment(cfg, plan, run_dir)
+    except Exception as e:
+        if not in_sweep:
+            raise
+        (run_dir / "error.txt").write_text(traceback.format_exc())
+        print(f"error: the job crashed: {type(e).__name__}: {e} (traceback in {run_dir / 'error.txt'})",
+              file=sys.stderr)
+        return "crashed"
+
+    if summary["status"] == "interrupted":
         sys.exit(EXIT_INTERRUPTED)
-    if cfg["expect"] and cfg["expect"] != verdict["verdict"]:
-        print(f"expected {cfg['expect']}, got {verdict['verdict']}", file=sys.stderr)
-        sys.exit(EXIT_EXPECT_MISMATCH)
+    if cfg["expect"] and cfg["expect"] != summary["verdict"]:
+        print(f"expected {cfg['expect']}, got {summary['verdict']}", file=sys.stderr)
+        if not in_sweep:
+            sys.exit(EXIT_EXPECT_MISMATCH)
+        return "unexpected"
+    return "ok"

@@ -43,6 +43,7 @@ def check_config(cfg: dict) -> None:
     _require(_is_int(ep) and ep >= 1, "epochs", ep, "must be an integer >= 1 (the last epoch saves)")
     _require(_is_number(cfg["lr"]) and cfg["lr"] > 0, "lr", cfg["lr"], "must be a number > 0")
     _require(_is_int(cfg["seed"]), "seed", cfg["seed"], "must be an integer")
+    _require(_is_int(cfg["repeat"]) and cfg["repeat"] >= 0, "repeat", cfg["repeat"], "must be an integer >= 0")
 
     skew = cfg["skew"]
     _require(_is_number(skew["seconds"]) and skew["seconds"] >= 0, "skew.seconds", skew["seconds"],

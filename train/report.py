@@ -1,12 +1,26 @@
-"""Turn run dirs into tables. Reads only the files runs write (summary.json), so it
-works on runs copied back from another machine.
+"""Turn runs into a report. Reads only the files runs write (summary.json, events/,
+.hydra/), so it works on a sweep copied back from another machine.
 
-  python -m train.report --compare RUN_DIR RUN_DIR ...   verdicts side by side
+  python -m train.report DIR                   a run or sweep dir -> report.csv, report.md,
+                                               race_vs_skew.png, and timeline.png in each run
+  python -m train.report --compare RUN RUN ..  verdicts side by side
 """
 import argparse
+import csv
 import json
+import statistics
 import sys
+import textwrap
 from pathlib import Path
+
+import yaml
+
+from train.events import read_events
+from train.outcomes import OUTCOMES
+
+FIELDS = ["job", "variant", "skew_s", "skew_rank", "world_size", "epochs", "seed", "repeat", "status",
+          "verdict", *(f"n_{o}" for o in OUTCOMES), "nonsaver_barrier_wait_s", "nonsaver_read_vs_save_end_s",
+          "wall_s"]
 
 
 def load_summary(run_dir) -> dict:
@@ -14,6 +28,189 @@ def load_summary(run_dir) -> dict:
     if not path.exists():
         raise SystemExit(f"error: {path} not found (not a finished run dir?)")
     return json.loads(path.read_text())
+
+
+def find_runs(root: Path) -> list:
+    """Run dirs (each has .hydra/) at or below root, in job order."""
+    runs = [p.parent for p in root.rglob(".hydra") if p.is_dir()]
+
+    def order(run):
+        rel = run.relative_to(root).parts
+        head = rel[0].split("-")[0] if rel else ""
+        return (int(head) if head.isdigit() else -1, str(run))
+    return sorted(runs, key=order)
+
+
+def _median(values):
+    return round(statistics.median(values), 3) if values else ""
+
+
+def run_row(root: Path, run: Path) -> dict:
+    """One CSV row. A job with no summary.json crashed before it could record a verdict."""
+    summary_path = run / "summary.json"
+    if summary_path.exists():
+        s = json.loads(summary_path.read_text())
+        cfg, status, verdict, ranks = s["config"], s["status"], s["verdict"], s["ranks"]
+    else:
+        cfg = yaml.safe_load((run / ".hydra/config.yaml").read_text())
+        status, verdict, ranks = "crashed", "crashed", []
+    events = read_events(run)
+    saves = [e for e in events if e["event"] == "save_end"]
+    saver = saves[-1]["rank"] if saves else 0
+    others = [r["timings"] for r in ranks if r["rank"] != saver]
+    ends = {e["event"]: e["t"] for e in events if e["rank"] == "launcher"}
+    row = {
+        "job": str(run.relative_to(root)), "variant": cfg["callback"]["name"], "skew_s": cfg["skew"]["seconds"],
+        "skew_rank": cfg["skew"]["rank"], "world_size": cfg["world_size"], "epochs": cfg["epochs"],
+        "seed": cfg["seed"], "repeat": cfg.get("repeat", 0), "status": status, "verdict": verdict,
+        **{f"n_{o}": sum(r["outcome"] == o for r in ranks) for o in OUTCOMES},
+        "nonsaver_barrier_wait_s": _median([t["barrier_wait"] for t in others if "barrier_wait" in t]),
+        "nonsaver_read_vs_save_end_s": _median([t["load_after_save_end"] for t in others
+                                                if "load_after_save_end" in t]),
+        "wall_s": round(ends["launch_end"] - ends["launch_start"], 3)
+        if {"launch_start", "launch_end"} <= set(ends) else "",
+    }
+    return row
+
+
+def aggregate(rows) -> list:
+    """Per (variant, world size, skew): runs, race rate, outcome counts, median waits."""
+    groups = {}
+    for row in rows:
+        groups.setdefault((row["variant"], row["world_size"], float(row["skew_s"])), []).append(row)
+    out = []
+    for (variant, ws, skew), group in sorted(groups.items()):
+        done = [r for r in group if r["verdict"] != "crashed"]
+        counts = {o: sum(r[f"n_{o}"] for r in done) for o in OUTCOMES}
+        out.append({
+            "variant": variant, "world_size": ws, "skew_s": skew, "runs": len(group),
+            "crashed": len(group) - len(done),
+            "race_rate": sum(r["verdict"] == "race" for r in done) / len(done) if done else None,
+            "outcomes": ", ".join(f"{o} {n}" for o, n in counts.items() if n),
+            "wait_s": _median([r["nonsaver_barrier_wait_s"] for r in done if r["nonsaver_barrier_wait_s"] != ""]),
+            "read_s": _median([r["nonsaver_read_vs_save_end_s"] for r in done
+                               if r["nonsaver_read_vs_save_end_s"] != ""]),
+        })
+    return out
+
+
+def markdown(groups) -> str:
+    lines = ["| variant | world size | skew (s) | runs | race rate | outcomes (all ranks) | "
+             "median barrier wait (s) | median read vs save end (s) |",
+             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+    for g in groups:
+        rate = "-" if g["race_rate"] is None else f"{g['race_rate']:.0%}"
+        runs = f"{g['runs']}" + (f" ({g['crashed']} crashed)" if g["crashed"] else "")
+        lines.append(f"| {g['variant']} | {g['world_size']} | {g['skew_s']:g} | {runs} | {rate} | "
+                     f"{g['outcomes'] or '-'} | {g['wait_s'] if g['wait_s'] != '' else '-'} | "
+                     f"{g['read_s'] if g['read_s'] != '' else '-'} |")
+    return "\n".join(lines)
+
+
+def plot_race_vs_skew(groups, path: Path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    lines = {}
+    for g in groups:
+        if g["race_rate"] is not None:
+            lines.setdefault((g["variant"], g["world_size"]), []).append((g["skew_s"], g["race_rate"]))
+    for (variant, ws), points in sorted(lines.items()):
+        xs, ys = zip(*sorted(points))
+        ax.plot(xs, ys, marker="o", label=f"{variant} (world size {ws})")
+    ax.set(xlabel="skew: the saving rank's delay before the last save (s)", ylabel="race rate",
+           ylim=(-0.05, 1.05), title="How often ranks failed to load the last checkpoint")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+PHASES = [  # (label, start event, end events, colour), drawn in this order
+    ("start-up", "rank_start", ("fit_start",), "#d9d9d9"),
+    ("training", "fit_start", ("train_end", "crash"), "#9ecae1"),
+    ("skew sleep", "skew_start", ("skew_end",), "#bdbdbd"),
+    ("saving", "save_start", ("save_end",), "#3182bd"),
+    ("barrier wait", "barrier_enter", ("barrier_exit", "barrier_error"), "#fd8d3c"),
+    ("loading", "load_attempt", ("load_done", "load_error"), "#31a354"),
+]
+FAILURES = ("load_error", "barrier_error", "crash")
+
+
+def plot_timeline(run: Path, path: Path):
+    """One bar per rank: start-up, training, skew, saving, barrier wait, loading; failures marked."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    events = read_events(run)
+    summary = load_summary(run)
+    t0 = next((e["t"] for e in events if e["event"] == "launch_start"), events[0]["t"])
+    end = max(e["t"] for e in events) - t0
+    ranks = sorted({e["rank"] for e in events if isinstance(e["rank"], int)})
+    fig, ax = plt.subplots(figsize=(10, 1.9 + 0.5 * len(ranks)))
+    for y, rank in enumerate(ranks):
+        mine = [e for e in events if e["rank"] == rank]
+        for label, start, stops, colour in PHASES:
+            for i, e in enumerate(mine):
+                if e["event"] != start:
+                    continue
+                stop = next((f for f in mine[i + 1:] if f["event"] in stops), None)
+                width = (stop["t"] if stop else t0 + end) - e["t"]
+                ax.barh(y, max(width, end * 0.006), left=e["t"] - t0, color=colour, height=0.6,
+                        edgecolor="black" if stop and stop["event"] in FAILURES else "none")
+        for e in mine:
+            if e["event"] in FAILURES:
+                ax.plot(e["t"] - t0, y, marker="X", color="#d62728", markersize=11, zorder=5)
+        outcome = summary["ranks"][rank]["outcome"] if rank < len(summary["ranks"]) else "?"
+        ax.text(end * 1.01, y, outcome, va="center", fontsize=9,
+                color="#2ca02c" if outcome == "loaded" else "#d62728")
+    saves = [e for e in events if e["event"] == "save_end"]
+    if saves:
+        ax.axvline(saves[-1]["t"] - t0, color="#3182bd", linestyle="--", linewidth=1)
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
+    ax.invert_yaxis()
+    ax.set_xlim(0, end * 1.12)
+    ax.set_xlabel("seconds since launch (dashed: the last save ended)")
+    cfg = summary["config"]
+    ax.set_title(f"{cfg['callback']['name']}, skew {cfg['skew']['seconds']:g} s on rank {cfg['skew']['rank']}: "
+                 f"{summary['verdict']}\n" + textwrap.shorten(summary["explanation"], 110), fontsize=9)
+    handles = [Patch(color=c, label=label) for label, _, _, c in PHASES]
+    handles.append(plt.Line2D([], [], marker="X", color="#d62728", linestyle="none", label="failure"))
+    fig.legend(handles=handles, fontsize=8, ncol=len(handles), loc="lower center", frameon=False)
+    fig.tight_layout(rect=(0, 0.1 if len(ranks) > 2 else 0.14, 1, 1))
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+def write_report(root) -> str:
+    """Write report.csv, report.md, race_vs_skew.png into root and timeline.png into each run."""
+    root = Path(root)
+    runs = find_runs(root)
+    if not runs:
+        raise SystemExit(f"error: no runs under {root} (a run dir has a .hydra/ folder)")
+    rows = [run_row(root, run) for run in runs]
+    with open(root / "report.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    groups = aggregate(rows)
+    table = markdown(groups)
+    (root / "report.md").write_text(f"# Report: {root.name}\n\n{len(rows)} runs.\n\n{table}\n\n"
+                                    "race rate: the share of runs where some rank did not load the last "
+                                    "checkpoint. Read vs save end: when the non-saving ranks started reading, "
+                                    "relative to the end of the last save (negative: too early).\n\n"
+                                    "![race rate against skew](race_vs_skew.png)\n")
+    plot_race_vs_skew(groups, root / "race_vs_skew.png")
+    for run, row in zip(runs, rows):
+        if row["verdict"] != "crashed":
+            plot_timeline(run, run / "timeline.png")
+    return f"{table}\n\nreport: {root / 'report.md'}"
 
 
 def rank_cell(rank: dict) -> str:
@@ -42,9 +239,17 @@ def compare(run_dirs) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m train.report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--compare", nargs="+", metavar="RUN_DIR", required=True)
+    parser.add_argument("dir", nargs="?", help="a run dir or a sweep dir")
+    parser.add_argument("--compare", nargs="+", metavar="RUN_DIR", help="print these runs' verdicts side by side")
     args = parser.parse_args(argv)
-    print(compare(args.compare))
+    if args.compare:
+        print(compare(args.compare))
+    elif args.dir:
+        if not Path(args.dir).is_dir():
+            parser.error(f"{args.dir}: not a directory")
+        print(write_report(args.dir))
+    else:
+        parser.error("give a run or sweep dir, or --compare RUN_DIR ...")
 
 
 if __name__ == "__main__":

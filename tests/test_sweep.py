@@ -1,0 +1,84 @@
+"""Hydra multirun sweeps and the report made of them, on real runs."""
+import csv
+import shutil
+import subprocess
+import sys
+
+from PIL import Image
+
+from conftest import ROOT
+
+
+def multirun(sweep_dir, *overrides, timeout=600):
+    return subprocess.run([sys.executable, "-m", "train", "-m", f"hydra.sweep.dir={sweep_dir}", *overrides],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def assert_png(path, min_bytes=10_000):
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert path.stat().st_size > min_bytes
+    with Image.open(path) as im:
+        im.verify()
+        assert im.size[0] > 400 and im.size[1] > 150
+
+
+def test_a_small_sweep_makes_the_report(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = multirun(sweep, "skew.seconds=0,3", "callback=unsynced,barrier", "world_size=2", "epochs=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for k in range(1, 5):
+        assert f"[sweep] job {k} of 4: " in proc.stdout
+
+    rows = read_csv(sweep / "report.csv")
+    assert len(rows) == 4
+    verdict = {(r["variant"], float(r["skew_s"])): r["verdict"] for r in rows}
+    assert verdict[("unsynced", 3.0)] == "race"
+    assert verdict[("barrier", 0.0)] == verdict[("barrier", 3.0)] == "clean"
+    late = next(r for r in rows if r["variant"] == "unsynced" and float(r["skew_s"]) == 3.0)
+    assert late["n_missing"] == "1" and float(late["nonsaver_read_vs_save_end_s"]) < -1.0
+    waited = next(r for r in rows if r["variant"] == "barrier" and float(r["skew_s"]) == 3.0)
+    assert float(waited["nonsaver_barrier_wait_s"]) > 1.5
+    assert all(float(r["wall_s"]) > 0 for r in rows)
+
+    md = (sweep / "report.md").read_text()
+    assert "| variant | world size | skew (s) | runs | race rate |" in md
+    assert "| barrier | 2 | 3 | 1 | 0% | loaded 2 |" in md
+    assert "| unsynced | 2 | 3 | 1 | 100% | loaded 1, missing 1 |" in md
+    assert "| unsynced | 2 | 3 | 1 | 100% |" in proc.stdout  # printed at the end of the sweep
+    assert_png(sweep / "race_vs_skew.png")
+    timelines = sorted(sweep.glob("*/timeline.png"))
+    assert len(timelines) == 4
+    for png in timelines:
+        assert_png(png)
+
+    # the report reads only files: the same dir gives the same CSV again
+    first = (sweep / "report.csv").read_bytes()
+    again = subprocess.run([sys.executable, "-m", "train.report", str(sweep)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert (sweep / "report.csv").read_bytes() == first
+
+    # a job that died before recording a verdict is reported as crashed, not dropped
+    job = next(sweep.glob("0-*"))
+    shutil.copytree(job / ".hydra", sweep / "9-crashed" / ".hydra")
+    subprocess.run([sys.executable, "-m", "train.report", str(sweep)], cwd=ROOT, check=True,
+                   capture_output=True, timeout=120)
+    rows = read_csv(sweep / "report.csv")
+    assert len(rows) == 5 and rows[-1]["job"] == "9-crashed" and rows[-1]["verdict"] == "crashed"
+    assert "(1 crashed)" in (sweep / "report.md").read_text()
+
+
+def test_a_bad_job_is_reported_and_the_sweep_goes_on(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = multirun(sweep, "skew.rank=5,0", "world_size=2", "epochs=1", "skew.seconds=2")
+    assert proc.returncode == 1
+    assert "error: skew.rank=5: must be a rank in 0..1 (world_size=2)" in proc.stderr
+    assert "[sweep] 1 of 2 jobs did not give a result" in proc.stderr
+    rows = read_csv(sweep / "report.csv")  # the good job ran and was reported
+    assert [(r["skew_rank"], r["verdict"]) for r in rows] == [("0", "race")]
+    assert not any(sweep.glob("0-*")), "the bad job leaves no half-made run dir"
