@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,9 +32,10 @@ class Run:
 
 
 def run_train(run_dir: Path, *overrides, timeout=300) -> Run:
-    """python -m train as a user runs it, into run_dir; fails the test instead of hanging."""
+    """python -m train as a user runs it, into run_dir; fails the test instead of hanging.
+    Its processes are tagged with the run dir (see processes_tagged)."""
     proc = subprocess.run([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", *overrides],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=tagged_env(str(run_dir)))
     return Run(proc, run_dir)
 
 
@@ -47,6 +49,23 @@ def alive(pids) -> list:
         except psutil.NoSuchProcess:
             pass
     return out
+
+
+def tagged_env(tag: str) -> dict:
+    """The environment for a launcher whose every descendant can be found again by `tag`."""
+    return {**os.environ, "RACE_LAB_TEST_TAG": tag}
+
+
+def processes_tagged(tag: str) -> list:
+    """Processes still running that inherited RACE_LAB_TEST_TAG=tag (launcher, forkserver, ranks)."""
+    found = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and p.environ().get("RACE_LAB_TEST_TAG") == tag:
+                found.append((p.pid, " ".join(p.cmdline())))
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from conftest import ROOT, alive
+from conftest import ROOT, alive, processes_tagged, tagged_env
 
 
 def by_event(run, name):
@@ -83,6 +83,7 @@ def test_a_crashed_rank_leaves_its_events_and_no_process(train):
         assert names[:2] == ["rank_start", "fit_start"]
     assert by_event(run, "crash")[0]
     assert not alive(run.rank_pids())
+    assert not processes_tagged(str(run.dir))  # nor the forkserver the ranks came from
 
 
 def test_a_barrier_whose_peer_stalls_ends_by_the_collective_timeout(train):
@@ -105,7 +106,8 @@ def test_the_launcher_stops_every_rank_at_run_timeout(train):
 def test_ctrl_c_on_the_launcher_stops_every_rank(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", "skew.seconds=120"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=tagged_env(str(run_dir)))
     try:
         deadline = time.time() + 180
         while time.time() < deadline:  # wait until all three ranks are training
@@ -125,3 +127,4 @@ def test_ctrl_c_on_the_launcher_stops_every_rank(tmp_path):
     pids = [json.loads(line)["pid"] for p in (run_dir / "events").glob("rank*.jsonl")
             for line in p.read_text().splitlines() if '"rank_start"' in line]
     assert len(pids) == 3 and not alive(pids)
+    assert not processes_tagged(str(run_dir))

