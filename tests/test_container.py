@@ -361,9 +361,9 @@ TWO_GPUS = 'echo "GPU 0: NVIDIA H100 (UUID: GPU-a)"; echo "GPU 1: NVIDIA H100 (U
     ("up GPUS=three", DOCKER_OK, TWO_GPUS, "GPUS=three: must be a whole number"),
     ("up GPUS=2", DOCKER_OK, "sleep 60\n", "nvidia-smi -L did not answer within 2 s"),
     ("up GPUS=2", DOCKER_OK, "exit 0\n", "this host has no GPU"),
-    ("smoke-gpu -o install GPUS=1", None, TWO_GPUS, "GPUS=1: this needs at least 2 GPUs"),
+    ("smoke-gpu -o install GPUS=3", None, TWO_GPUS, "GPUS=3 but this host has 2 GPU(s)"),
 ], ids=["no-docker", "no-compose", "build-no-compose", "no-engine", "no-toolkit", "no-driver", "too-many-gpus",
-        "sweep-too-many-gpus", "gpus-not-a-number", "driver-hangs", "no-gpu", "smoke-one-gpu"])
+        "sweep-too-many-gpus", "gpus-not-a-number", "driver-hangs", "no-gpu", "smoke-too-many-gpus"])
 def test_a_host_that_lacks_something_gets_one_clear_line_and_no_run(tmp_path, target, docker, nvidia_smi, message):
     env = host(tmp_path, docker, nvidia_smi)
     started = time.monotonic()

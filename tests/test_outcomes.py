@@ -113,3 +113,10 @@ def test_race_explanation_names_the_ranks_the_lead_and_the_error():
         "race: ranks 1, 2 tried to load 2.9 s before rank 0 finished saving (FileNotFoundError)"
     assert [r.outcome for r in verdict.ranks] == ["loaded", "missing", "missing"]
     assert verdict.ranks[1].timings["load_after_save_end"] == -2.9
+
+
+def test_a_barrier_broken_by_an_interrupt_is_aborted_not_an_error():
+    broke = ev(9.5, 1, "barrier_error", error_type="RuntimeError", message="Connection reset by peer",
+               timed_out=False)
+    assert outcome(1, launch("interrupted", ev(9, 1, "barrier_enter"), broke)) == "aborted"
+    assert outcome(1, launch("ok", ev(9, 1, "barrier_enter"), broke)) == "error"

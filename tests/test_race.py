@@ -105,17 +105,20 @@ def test_the_launcher_stops_every_rank_at_run_timeout(train):
 
 def test_ctrl_c_on_the_launcher_stops_every_rank(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", "skew.seconds=120"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=tagged_env(str(run_dir)))
+    proc = subprocess.Popen([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", "callback=barrier",
+                             "skew.seconds=120"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=tagged_env(str(run_dir)))
+    waiting = {0: '"skew_start"', 1: '"barrier_enter"', 2: '"barrier_enter"'}
     try:
         deadline = time.time() + 180
-        while time.time() < deadline:  # wait until all three ranks are training
-            started = [p for p in (run_dir / "events").glob("rank*.jsonl") if "fit_start" in p.read_text()]
-            if len(started) == 3:
+        while time.time() < deadline:  # wait until rank 0 is in its skew and the others at the barrier
+            ready = [r for r, event in waiting.items()
+                     if (run_dir / f"events/rank{r}.jsonl").exists()
+                     and event in (run_dir / f"events/rank{r}.jsonl").read_text()]
+            if len(ready) == 3:
                 break
             time.sleep(0.5)
-        assert len(started) == 3, "ranks did not start"
+        assert len(ready) == 3, "ranks did not get to the skew and the barrier"
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the launcher
         out, _ = proc.communicate(timeout=90)
     finally:

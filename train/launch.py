@@ -3,6 +3,7 @@
 
 It never imports fastai; each rank does, in its own process (train/worker.py).
 """
+import atexit
 import multiprocessing
 import os
 import shutil
@@ -10,7 +11,6 @@ import signal
 import sys
 import threading
 import traceback
-import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -35,7 +35,6 @@ EXIT_EXPECT_MISMATCH, EXIT_BAD_CONFIG, EXIT_INTERRUPTED = 1, 2, 130
 @record
 def rank_main(cfg: dict, plan: dict, run_dir: str) -> dict:
     """Each rank's entry point (a top-level function, so spawn can import it)."""
-    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")  # raised by fastai's import
     from train.worker import run_rank
 
     return run_rank(cfg, plan, run_dir)
@@ -48,6 +47,16 @@ def discard_run_dir(run_dir: Path):
         if d == Path.cwd() or not d.exists() or any(d.iterdir()):
             break
         d.rmdir()
+
+
+def stop_forkserver():
+    """Left alone, the forkserver and its resource tracker exit a moment after the launcher;
+    stop both and wait for them, so nothing outlives the run. (_stop is what CPython's own
+    tests use; were it missing we would only lose the wait.)"""
+    from multiprocessing import forkserver, resource_tracker
+
+    for helper in (forkserver._forkserver, resource_tracker._resource_tracker):
+        getattr(helper, "_stop", lambda: None)()
 
 
 def failure_message(failure) -> str:
@@ -72,6 +81,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
     if launch_cfg.start_method == "forkserver":
         # ranks fork from a server that has imported fastai once; later jobs of a sweep start in a blink
         multiprocessing.set_forkserver_preload(["train.worker"])
+        atexit.register(stop_forkserver)
     fired = threading.Event()
 
     def stop_run():  # the agent turns SIGTERM into a shutdown of every rank

@@ -43,6 +43,11 @@ def _last(events, name):
     return found[-1] if found else None
 
 
+def _launch_status(launcher_events):
+    end = _last(launcher_events, "launch_end")
+    return end["status"] if end else None
+
+
 def saves(events) -> list:
     """Every completed save of the run, oldest first."""
     return [e for e in events if e["event"] == "save_end"]
@@ -89,13 +94,14 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
         peers = sorted({e["failed_rank"] for e in failures} - {rank})
         if peers:  # its barrier broke because a peer died: the peer's failure, not its own
             return RankOutcome(rank, "aborted", f"its barrier broke when {_ranks(peers)} died", timings)
+        if _launch_status(launcher) == "interrupted":
+            return RankOutcome(rank, "aborted", "its barrier broke when the run was interrupted", timings)
         return RankOutcome(rank, "error", f"barrier: {barrier['error_type']}: {short(barrier['message'])}", timings)
 
     died = [e for e in failures if e["failed_rank"] == rank]
     if died:
         return RankOutcome(rank, "error", died[-1].get("message") or f"exit code {died[-1]['exitcode']}", timings)
-    end = _last(launcher, "launch_end")
-    status = end["status"] if end else None
+    status = _launch_status(launcher)
     if status == "timeout":
         return RankOutcome(rank, "timeout", "stopped by the launcher at timeout.run_s", timings)
     if not _last(mine, "rank_end") and status in ("failed", "interrupted", None):

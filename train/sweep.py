@@ -17,6 +17,8 @@ def count_jobs(task_overrides) -> int:
 
 
 class SweepProgress(Callback):
+    total = None  # set when a sweep starts; a single run (no -m) leaves it None and is left alone
+
     def on_multirun_start(self, config, **kwargs):
         self.total = count_jobs(config.hydra.overrides.task)
         self.sweep_dir = Path(config.hydra.sweep.dir)
@@ -24,10 +26,14 @@ class SweepProgress(Callback):
         print(f"[sweep] {self.total} jobs into {self.sweep_dir}", flush=True)
 
     def on_job_start(self, config, **kwargs):
+        if self.total is None:
+            return
         point = " ".join(config.hydra.overrides.task)
         print(f"\n[sweep] job {config.hydra.job.num + 1} of {self.total}: {point}", flush=True)
 
     def on_job_end(self, config, job_return, **kwargs):
+        if self.total is None:
+            return
         self.ended += 1
         ok = job_return.status == JobStatus.COMPLETED
         status = job_return.return_value if ok else "crashed"

@@ -8,6 +8,8 @@ import socket
 import warnings
 from datetime import timedelta
 
+warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")  # raised by importing fastai
+
 import fastai.callback.progress  # noqa: F401  (adds Learner.no_bar)
 import fastai.callback.schedule  # noqa: F401  (adds Learner.fit_one_cycle)
 import torch
