@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell sha256sum requirements.lock | cut -c1-12)
 NOW    := $(shell date +%Y-%m-%d_%H-%M-%S)
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock run sweep report test clean
+.PHONY: help install lock run sweep report bench test clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F":.*## " "{printf \"  make %-16s %s\\n\", \$$1, \$$2}"
@@ -41,6 +41,9 @@ sweep: install ## sweep skew x variant (SKEWS=, VARIANTS=, REPEATS=, WORLD=, ARG
 report: install ## rebuild the report of a run or sweep dir: make report DIR=runs/sweep/...
 	@test -n "$(DIR)" || { echo "usage: make report DIR=<run or sweep dir>" >&2; exit 2; }
 	$(PY) -m train.report $(DIR)
+
+bench: install ## wall time and launcher peak memory of the seed run, recorded in runs/bench/ (ARGS=)
+	$(PY) -m train.bench $(ARGS)
 
 test: install ## run the test suite (real multi-rank gloo jobs; a few minutes)
 	$(PY) -m pytest -q tests

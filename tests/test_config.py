@@ -70,3 +70,15 @@ def test_unknown_callback_gets_hydras_error_listing_the_options(tmp_path):
     assert "Could not find 'callback/nope'" in proc.stderr
     assert "barrier" in proc.stderr and "unsynced" in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_data_that_cannot_be_downloaded_fails_with_one_line_before_any_rank(tmp_path):
+    url = "http://127.0.0.1:9/mnist_sample.tgz"  # loopback, nothing listens: the download cannot happen
+    proc = subprocess.run([sys.executable, "-m", "train", f"hydra.run.dir={tmp_path / 'run'}", "data=mnist_sample",
+                           f"data.url={url}", f"data.cache={tmp_path / 'no-cache'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: data.url='{url}': cannot download mnist_sample (")
+    assert line.endswith("data=digits works offline")
+    assert not (tmp_path / "run").exists()

@@ -9,5 +9,7 @@ The story, in reading order:
   events.py    each rank's append-only event log
   outcomes.py  pure functions: events -> what each rank saw -> verdict
   summary.py   summary.json, the environment, and the console table
-  report.py    a sweep -> report.csv, report.md and plots
+  sweep.py     Hydra callback for -m: job k of n, then the report
+  report.py    runs -> report.csv, report.md and plots
+  bench.py     wall time and launcher memory, recorded to a file
 """

@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import traceback
+import urllib.request
 from dataclasses import asdict
 from pathlib import Path
 
@@ -49,6 +50,18 @@ def discard_run_dir(run_dir: Path):
         d.rmdir()
 
 
+def check_data_reachable(data: dict):
+    """A data set that needs a download must be reachable before any rank starts."""
+    if "url" not in data or Path(data["cache"]).expanduser().exists():
+        return
+    try:
+        urllib.request.urlopen(urllib.request.Request(data["url"], method="HEAD"), timeout=10).close()
+    except (OSError, ValueError) as e:
+        why = getattr(e, "reason", e)
+        raise ConfigError(f"data.url={data['url']!r}: cannot download {data['name']} ({why}); "
+                          "data=digits works offline") from None
+
+
 def stop_forkserver():
     """Left alone, the forkserver and its resource tracker exit a moment after the launcher;
     stop both and wait for them, so nothing outlives the run. (_stop is what CPython's own
@@ -81,6 +94,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
     if launch_cfg.start_method == "forkserver":
         # ranks fork from a server that has imported fastai once; later jobs of a sweep start in a blink
         multiprocessing.set_forkserver_preload(["train.worker"])
+        atexit.unregister(stop_forkserver)  # once per process, however many jobs a sweep runs
         atexit.register(stop_forkserver)
     fired = threading.Event()
 
@@ -92,7 +106,8 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
     watchdog.daemon = True
     watchdog.start()
     try:
-        elastic_launch(launch_cfg, rank_main)(cfg, asdict(plan), str(run_dir))
+        returned = elastic_launch(launch_cfg, rank_main)(cfg, asdict(plan), str(run_dir))
+        events.record("ranks_returned", ranks=sorted(returned))
         return "ok"
     except ChildFailedError as e:
         for rank, failure in sorted(e.failures.items()):
@@ -114,6 +129,7 @@ def run_experiment(cfg: dict, plan, run_dir: Path) -> dict:
     events.record("launch_start", world_size=cfg["world_size"], device=plan.device, backend=plan.backend)
     status = launch(cfg, plan, run_dir, events)
     events.record("launch_end", status=status)
+    events.close()
 
     verdict = judge(read_events(run_dir), cfg["world_size"]).as_dict()
     summary = {**verdict, "status": status, "config": cfg, "plan": asdict(plan),
@@ -135,6 +151,7 @@ def main(dict_cfg) -> str:
     cfg["checkpoint"]["dir"] = str(Path(cfg["checkpoint"]["dir"]).resolve())
     try:
         plan = make_plan(cfg, torch.cuda.device_count())
+        check_data_reachable(cfg["data"])
     except ConfigError as e:
         discard_run_dir(run_dir)
         print(f"error: {e}", file=sys.stderr)

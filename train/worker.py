@@ -49,7 +49,8 @@ def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
         os.environ.setdefault("OMP_NUM_THREADS", "1")  # ranks share the cores
         torch.set_num_threads(1)
         device = torch.device("cpu")
-    dist.init_process_group(plan["backend"], timeout=timedelta(seconds=cfg["timeout"]["collective_s"]))
+    dist.init_process_group(plan["backend"], timeout=timedelta(seconds=cfg["timeout"]["collective_s"]),
+                            device_id=device if device.type == "cuda" else None)
     set_seed(cfg["seed"])
 
     learn = Learner(make_dls(cfg["data"], cfg["seed"], device),
