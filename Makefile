@@ -29,6 +29,7 @@ run: install ## the seed scenario with both callback variants; prints their verd
 	$(PY) -m train callback=unsynced hydra.run.dir=runs/seed/$(NOW)/unsynced
 	$(PY) -m train callback=barrier hydra.run.dir=runs/seed/$(NOW)/barrier
 	$(PY) -m train.report --compare runs/seed/$(NOW)/unsynced runs/seed/$(NOW)/barrier
+	@$(PY) -m train.report runs/seed/$(NOW) > /dev/null && echo "timelines: runs/seed/$(NOW)/*/timeline.png"
 
 SKEWS    ?= 0,0.5,1,2,4
 VARIANTS ?= unsynced,barrier

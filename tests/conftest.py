@@ -1,3 +1,4 @@
+import itertools
 import json
 import os
 import subprocess
@@ -70,4 +71,6 @@ def processes_tagged(tag: str) -> list:
 
 @pytest.fixture
 def train(tmp_path):
-    return lambda *overrides, **kw: run_train(tmp_path / "run", *overrides, **kw)
+    """train(*overrides): one run of python -m train, each call into a new run dir."""
+    dirs = (tmp_path / f"run{i}" for i in itertools.count())
+    return lambda *overrides, **kw: run_train(next(dirs), *overrides, **kw)

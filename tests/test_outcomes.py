@@ -13,11 +13,11 @@ def launch(status="ok", *extra):
 
 
 def saver(digests=("w-last",), end=12.0):
-    """Rank 0 saves once per digest; the last save ends at `end`."""
+    """Rank 0 saves once per digest (1800 bytes each); the last save ends at `end`."""
     out = []
     for i, d in enumerate(digests):
         t = end - (len(digests) - 1 - i) * 3
-        out += [ev(t - 0.1, 0, "save_start", epoch=i), ev(t, 0, "save_end", epoch=i, digest=d)]
+        out += [ev(t - 0.1, 0, "save_start", epoch=i), ev(t, 0, "save_end", epoch=i, digest=d, bytes=1800)]
     return out + [ev(end + 0.1, 0, "load_attempt"), ev(end + 0.2, 0, "load_done", digest=digests[-1]),
                   ev(end + 0.3, 0, "rank_end")]
 
@@ -59,7 +59,14 @@ def test_corrupt_when_it_read_a_partial_file():
     events = launch("ok", *saver(), *loader(1, 11.9, error_type="RuntimeError", message=msg))
     assert outcome(1, events) == "corrupt"
     assert classify_load_error("UnpicklingError", "invalid load key") == "corrupt"
-    assert classify_load_error("EOFError", "Ran out of input") == "corrupt"
+    assert classify_load_error("EOFError", "Ran out of input") == "corrupt"  # an empty file
+    assert classify_load_error("OSError", "[Errno 22] Invalid argument") == "corrupt"  # half a file
+
+
+def test_corrupt_when_the_file_it_read_was_shorter_than_the_finished_save():
+    events = launch("ok", *saver(), ev(11.0, 1, "load_attempt", bytes=900),
+                    ev(11.01, 1, "load_error", error_type="OSError", message="[Errno 22] Invalid argument"))
+    assert outcome(1, events) == "corrupt"
 
 
 def test_other_load_errors_are_errors():
@@ -73,7 +80,7 @@ def test_timeout_when_the_barrier_timed_out():
                     ev(14.1, 1, "rank_end"))
     result = classify_rank(1, events)
     assert result.outcome == "timeout"
-    assert result.timings["barrier_wait"] == 5.0
+    assert result.timings["wait"] == 5.0
 
 
 def test_timeout_when_the_launcher_stopped_the_run_at_run_s():

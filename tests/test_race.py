@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from conftest import ROOT, alive, processes_tagged, tagged_env
+from conftest import ROOT, alive, processes_tagged, run_train, tagged_env
 
 
 def by_event(run, name):
@@ -24,7 +24,7 @@ def test_unsynced_seed_scenario_races_and_records_everything(train):
     for r in (1, 2):
         assert s["ranks"][r]["timings"]["load_after_save_end"] < -1.0  # read well before the save ended
     assert (s["plan"]["device"], s["plan"]["backend"]) == ("cpu", "gloo")
-    assert s["config"]["world_size"] == 3 and s["config"]["skew"] == {"seconds": 3.0, "rank": 0}
+    assert s["config"]["world_size"] == 3 and s["config"]["skew"] == {"seconds": 3.0, "rank": 0, "at": "before_save"}
     env = s["environment"]
     assert env["torch"] and env["fastai"] == "2.8.12" and env["python"] and env["host"]
     assert set(env["git"]) == {"sha", "dirty"}
@@ -59,7 +59,7 @@ def test_barrier_seed_scenario_is_clean_and_loads_wait_for_the_save(train):
     attempts = by_event(run, "load_attempt")
     for r in (1, 2):
         assert attempts[r]["t"] >= save_end
-        assert run.summary["ranks"][r]["timings"]["barrier_wait"] > 1.5  # they waited out rank 0's skew
+        assert run.summary["ranks"][r]["timings"]["wait"] > 1.5  # they waited out rank 0's skew
     # the seed's console: ranks 1 and 2 announce the load, rank 0 saves, then everyone loads
     assert run.out.count("Loaded model.") == 3
 
@@ -91,7 +91,7 @@ def test_a_barrier_whose_peer_stalls_ends_by_the_collective_timeout(train):
     assert run.rc == 0, run.err[-3000:]
     rank1 = run.summary["ranks"][1]
     assert rank1["outcome"] == "timeout"
-    assert 2.5 <= rank1["timings"]["barrier_wait"] < 12  # ended by the timeout, long before the peer came
+    assert 2.5 <= rank1["timings"]["wait"] < 12  # ended by the timeout, long before the peer came
     assert not alive(run.rank_pids())
 
 
@@ -131,3 +131,28 @@ def test_ctrl_c_on_the_launcher_stops_every_rank(tmp_path):
             for line in p.read_text().splitlines() if '"rank_start"' in line]
     assert len(pids) == 3 and not alive(pids)
     assert not processes_tagged(str(run_dir))
+
+
+def test_a_write_that_stalls_midway_is_read_as_corrupt_by_polling_and_survived_by_the_barrier(train):
+    # poll: wait until the file exists, then load; rank 0 stalls halfway through writing it
+    run = train("callback=poll", "skew.at=mid_write", "world_size=2")
+    assert run.rc == 0, run.err[-3000:]
+    assert run.outcomes() == {0: "loaded", 1: "corrupt"}
+    assert "rank 1 read a partly written checkpoint" in run.summary["explanation"]
+    seen = by_event(run, "load_attempt")[1]["bytes"]
+    assert seen < by_event(run, "save_end")[0]["bytes"]
+
+    run = train("callback=barrier", "skew.at=mid_write", "world_size=2", "expect=clean")
+    assert run.rc == 0, run.err[-3000:]
+    assert by_event(run, "load_attempt")[1]["t"] >= by_event(run, "save_end")[0]["t"]
+
+
+def test_a_run_dir_that_holds_a_run_is_refused_before_any_rank(train):
+    first = train("world_size=1", "skew.seconds=0")
+    assert first.rc == 0, first.err[-3000:]
+    before = (first.dir / "summary.json").read_bytes()
+    again = run_train(first.dir, "world_size=1")
+    assert again.rc == 2
+    assert again.err.strip().splitlines() == \
+        [f"error: hydra.run.dir={first.dir}: already holds a run; give each run its own dir"]
+    assert (first.dir / "summary.json").read_bytes() == before  # the first result is untouched

@@ -149,6 +149,11 @@ def main(dict_cfg) -> str:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     cfg = OmegaConf.to_container(dict_cfg, resolve=True)
     cfg["checkpoint"]["dir"] = str(Path(cfg["checkpoint"]["dir"]).resolve())
+    if (run_dir / "events").exists():  # never mix two runs' events, never delete a result
+        print(f"error: hydra.run.dir={run_dir}: already holds a run; give each run its own dir", file=sys.stderr)
+        if in_sweep:
+            return "invalid"
+        sys.exit(EXIT_BAD_CONFIG)
     try:
         plan = make_plan(cfg, torch.cuda.device_count())
         check_data_reachable(cfg["data"])

@@ -1,8 +1,9 @@
 """What each rank saw, and the run's verdict: pure functions over event records.
 
 Rank events (events/rank<N>.jsonl): rank_start, fit_start, skew_start, skew_end,
-save_start, save_end{digest}, train_end, barrier_enter, barrier_exit,
-barrier_error{error_type, message, timed_out}, load_attempt, load_done{digest},
+save_start, save_end{digest, bytes}, train_end, barrier_enter, barrier_exit,
+barrier_error{error_type, message, timed_out}, poll_enter, poll_exit,
+poll_timeout{seconds}, load_attempt{bytes: the file's size then}, load_done{digest},
 load_error{error_type, message}, crash, rank_end.
 A rank is `aborted` when the launcher stopped it after a peer failed, or when its
 barrier broke because a peer died (whichever comes first is a matter of timing).
@@ -54,7 +55,9 @@ def saves(events) -> list:
 
 
 def is_corrupt_read(error_type: str, message: str) -> bool:
-    return error_type in _CORRUPT_TYPES or any(s in message for s in _CORRUPT_TEXT)
+    # torch 2.14's torch.load of the first half of a checkpoint raises OSError EINVAL
+    half_file = error_type == "OSError" and "Invalid argument" in message
+    return half_file or error_type in _CORRUPT_TYPES or any(s in message for s in _CORRUPT_TEXT)
 
 
 def classify_load_error(error_type: str, message: str) -> str:
@@ -84,7 +87,14 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
     failed = _last(mine, "load_error")
     if failed:
         outcome = classify_load_error(failed["error_type"], failed["message"])
+        seen = (_last(mine, "load_attempt") or {}).get("bytes")
+        if outcome == "error" and last_written and seen is not None and seen < last_written.get("bytes", 0):
+            outcome = "corrupt"  # it read a file shorter than the finished checkpoint
         return RankOutcome(rank, outcome, f"{failed['error_type']}: {short(failed['message'])}", timings)
+
+    polled = _last(mine, "poll_timeout")
+    if polled:
+        return RankOutcome(rank, "timeout", f"no checkpoint appeared within {polled['seconds']} s", timings)
 
     failures = [e for e in launcher if e["event"] == "rank_failed"]
     barrier = _last(mine, "barrier_error")
@@ -116,13 +126,15 @@ def rank_timings(mine: list, events: list) -> dict:
     t0 = start["t"] if start else min(e["t"] for e in events)
     out = {}
     for name in ("fit_start", "train_end", "save_start", "save_end", "barrier_enter", "barrier_exit",
-                 "barrier_error", "load_attempt", "load_done", "load_error", "rank_end"):
+                 "barrier_error", "poll_enter", "poll_exit", "poll_timeout", "load_attempt", "load_done",
+                 "load_error", "rank_end"):
         e = _last(mine, name)
         if e:
             out[name] = round(e["t"] - t0, 3)
-    left = out.get("barrier_exit", out.get("barrier_error"))
-    if "barrier_enter" in out and left is not None:
-        out["barrier_wait"] = round(left - out["barrier_enter"], 3)
+    for kind, ends in (("barrier", ("barrier_exit", "barrier_error")), ("poll", ("poll_exit", "poll_timeout"))):
+        left = next((out[e] for e in ends if e in out), None)
+        if f"{kind}_enter" in out and left is not None:
+            out["wait"] = round(left - out[f"{kind}_enter"], 3)  # how long its sync held it
     written = saves(events)
     attempt = _last(mine, "load_attempt")
     if written and attempt:
@@ -182,7 +194,7 @@ def explain(outcomes: list, events: list) -> str:
         why = f" ({first_error(group)})" if name != "stale" else ""
         parts.append(f"{who} {what}{when}{why}")
     if by.get("timeout"):
-        waits = [o.timings["barrier_wait"] for o in by["timeout"] if "barrier_wait" in o.timings]
+        waits = [o.timings["wait"] for o in by["timeout"] if "wait" in o.timings]
         after = f" after {_span(waits)}" if waits else ""
         parts.append(f"{_ranks(o.rank for o in by['timeout'])} timed out{after} ({by['timeout'][0].detail})")
     if by.get("error"):

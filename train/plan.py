@@ -50,6 +50,9 @@ def check_config(cfg: dict) -> None:
              "must be a number >= 0")
     _require(_is_int(skew["rank"]) and 0 <= skew["rank"] < ws, "skew.rank", skew["rank"],
              f"must be a rank in 0..{ws - 1} (world_size={ws})")
+    _require(skew["at"] in ("before_save", "mid_write"), "skew.at", skew["at"], "must be before_save or mid_write")
+    _require(skew["at"] != "mid_write" or skew["rank"] == 0, "skew.at", skew["at"],
+             f"stalls the writer, so it needs skew.rank=0 (the saving rank), not {skew['rank']}")
     crash = cfg["crash_rank"]
     _require(crash is None or (_is_int(crash) and 0 <= crash < ws), "crash_rank", crash,
              f"must be null or a rank in 0..{ws - 1} (world_size={ws})")

@@ -19,7 +19,7 @@ from train.events import read_events
 from train.outcomes import OUTCOMES
 
 FIELDS = ["job", "variant", "skew_s", "skew_rank", "world_size", "epochs", "seed", "repeat", "status",
-          "verdict", *(f"n_{o}" for o in OUTCOMES), "nonsaver_barrier_wait_s", "nonsaver_read_vs_save_end_s",
+          "verdict", *(f"n_{o}" for o in OUTCOMES), "nonsaver_wait_s", "nonsaver_read_vs_save_end_s",
           "wall_s"]
 
 
@@ -64,7 +64,7 @@ def run_row(root: Path, run: Path) -> dict:
         "skew_rank": cfg["skew"]["rank"], "world_size": cfg["world_size"], "epochs": cfg["epochs"],
         "seed": cfg["seed"], "repeat": cfg.get("repeat", 0), "status": status, "verdict": verdict,
         **{f"n_{o}": sum(r["outcome"] == o for r in ranks) for o in OUTCOMES},
-        "nonsaver_barrier_wait_s": _median([t["barrier_wait"] for t in others if "barrier_wait" in t]),
+        "nonsaver_wait_s": _median([t["wait"] for t in others if "wait" in t]),
         "nonsaver_read_vs_save_end_s": _median([t["load_after_save_end"] for t in others
                                                 if "load_after_save_end" in t]),
         "wall_s": round(ends["launch_end"] - ends["launch_start"], 3)
@@ -87,7 +87,7 @@ def aggregate(rows) -> list:
             "crashed": len(group) - len(done),
             "race_rate": sum(r["verdict"] == "race" for r in done) / len(done) if done else None,
             "outcomes": ", ".join(f"{o} {n}" for o, n in counts.items() if n),
-            "wait_s": _median([r["nonsaver_barrier_wait_s"] for r in done if r["nonsaver_barrier_wait_s"] != ""]),
+            "wait_s": _median([r["nonsaver_wait_s"] for r in done if r["nonsaver_wait_s"] != ""]),
             "read_s": _median([r["nonsaver_read_vs_save_end_s"] for r in done
                                if r["nonsaver_read_vs_save_end_s"] != ""]),
         })
@@ -96,7 +96,7 @@ def aggregate(rows) -> list:
 
 def markdown(groups) -> str:
     lines = ["| variant | world size | skew (s) | runs | race rate | outcomes (all ranks) | "
-             "median barrier wait (s) | median read vs save end (s) |",
+             "median sync wait (s) | median read vs save end (s) |",
              "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     for g in groups:
         rate = "-" if g["race_rate"] is None else f"{g['race_rate']:.0%}"
@@ -136,13 +136,14 @@ PHASES = [  # (label, start event, end events, colour), drawn in this order
     ("skew sleep", "skew_start", ("skew_end",), "#bdbdbd"),
     ("saving", "save_start", ("save_end",), "#3182bd"),
     ("barrier wait", "barrier_enter", ("barrier_exit", "barrier_error"), "#fd8d3c"),
+    ("polling", "poll_enter", ("poll_exit", "poll_timeout"), "#fdd0a2"),
     ("loading", "load_attempt", ("load_done", "load_error"), "#31a354"),
 ]
-FAILURES = ("load_error", "barrier_error", "crash")
+FAILURES = ("load_error", "barrier_error", "poll_timeout", "crash")
 
 
 def plot_timeline(run: Path, path: Path):
-    """One bar per rank: start-up, training, skew, saving, barrier wait, loading; failures marked."""
+    """One bar per rank: start-up, training, skew, saving, waiting at its sync, loading; failures marked."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -64,12 +64,12 @@ def write_json_atomic(path: Path, data: dict):
 
 def format_table(verdict: dict) -> str:
     cols = [("rank", "rank"), ("outcome", "outcome"), ("load_attempt", "load at"),
-            ("load_after_save_end", "vs save end"), ("barrier_wait", "barrier wait")]
+            ("load_after_save_end", "vs save end"), ("wait", "sync wait")]
     rows = [[h for _, h in cols]]
     for r in verdict["ranks"]:
         t = r["timings"]
         cell = {"rank": str(r["rank"]), "outcome": r["outcome"]}
-        for key in ("load_attempt", "load_after_save_end", "barrier_wait"):
+        for key in ("load_attempt", "load_after_save_end", "wait"):
             cell[key] = f"{t[key]:+.2f} s" if key == "load_after_save_end" and key in t else \
                 f"{t[key]:.2f} s" if key in t else "-"
         rows.append([cell[k] for k, _ in cols])

@@ -59,9 +59,9 @@ def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
                     path=run_dir, model_dir=cfg["checkpoint"]["dir"])
     save_model_cb = get_class(cfg["callback"]["_target_"])(
         events, fname=cfg["checkpoint"]["name"],
-        skew_rank=cfg["skew"]["rank"], skew_seconds=cfg["skew"]["seconds"],
+        skew_rank=cfg["skew"]["rank"], skew_seconds=cfg["skew"]["seconds"], skew_at=cfg["skew"]["at"],
         keep_existing=cfg["checkpoint"]["keep_existing"], early_saves=cfg["checkpoint"]["early_saves"],
-        crash_rank=cfg["crash_rank"])
+        crash_rank=cfg["crash_rank"], sync_timeout_s=cfg["timeout"]["collective_s"])
 
     learn.logger = epoch_table(learn)
     with distrib_ctx(learn, plan["device"], plan["backend"]), learn.no_bar():
