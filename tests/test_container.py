@@ -313,7 +313,8 @@ def test_make_n_smoke_gpu_runs_both_variants_over_nccl_then_compares():
 
 # --- what the targets say on a host that lacks something (stand-ins for docker and nvidia-smi) ----------
 
-STUB_TOOLS = ["bash", "sh", "timeout", "grep", "head", "id", "git", "sha256sum", "cut", "mkdir", "sleep", "cat", "env", "date"]
+STUB_TOOLS = ["bash", "sh", "timeout", "grep", "head", "id", "git", "sha256sum", "cut", "mkdir", "sleep", "cat",
+              "env", "date"]
 
 
 def host(tmp_path, docker=None, nvidia_smi=None):

@@ -13,3 +13,7 @@ The story, in reading order:
   report.py    runs -> report.csv, report.md and plots
   bench.py     wall time and launcher memory, recorded to a file
 """
+import warnings
+
+# fastai's import calls torch.jit.script, which torch 2.14 deprecates: once per rank, noise only
+warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")

@@ -140,7 +140,10 @@ def run_experiment(cfg: dict, plan, run_dir: Path) -> dict:
     return summary
 
 
-@hydra.main(config_path=str(Path(__file__).resolve().parent.parent / "configs"), config_name="train", version_base="1.3")
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+@hydra.main(config_path=str(CONFIGS), config_name="train", version_base="1.3")
 def main(dict_cfg) -> str:
     """One run. In a sweep (-m) a bad or crashed job is reported and the sweep goes on;
     train/sweep.py then exits non-zero at the end. Returns ok | invalid | crashed | unexpected."""

@@ -99,14 +99,15 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
     failures = [e for e in launcher if e["event"] == "rank_failed"]
     barrier = _last(mine, "barrier_error")
     if barrier:
+        why = f"barrier: {barrier['error_type']}: {short(barrier['message'])}"
         if barrier.get("timed_out"):
-            return RankOutcome(rank, "timeout", f"barrier: {barrier['error_type']}: {short(barrier['message'])}", timings)
+            return RankOutcome(rank, "timeout", why, timings)
         peers = sorted({e["failed_rank"] for e in failures} - {rank})
         if peers:  # its barrier broke because a peer died: the peer's failure, not its own
             return RankOutcome(rank, "aborted", f"its barrier broke when {_ranks(peers)} died", timings)
         if _launch_status(launcher) == "interrupted":
             return RankOutcome(rank, "aborted", "its barrier broke when the run was interrupted", timings)
-        return RankOutcome(rank, "error", f"barrier: {barrier['error_type']}: {short(barrier['message'])}", timings)
+        return RankOutcome(rank, "error", why, timings)
 
     died = [e for e in failures if e["failed_rank"] == rank]
     if died:

@@ -157,7 +157,7 @@ def plot_timeline(run: Path, path: Path):
     fig, ax = plt.subplots(figsize=(10, 1.9 + 0.5 * len(ranks)))
     for y, rank in enumerate(ranks):
         mine = [e for e in events if e["rank"] == rank]
-        for label, start, stops, colour in PHASES:
+        for _, start, stops, colour in PHASES:
             for i, e in enumerate(mine):
                 if e["event"] != start:
                     continue

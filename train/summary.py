@@ -4,7 +4,6 @@ import os
 import platform
 import socket
 import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 

@@ -5,10 +5,7 @@ MASTER_ADDR and MASTER_PORT. Every step lands in events/rank<N>.jsonl.
 """
 import os
 import socket
-import warnings
 from datetime import timedelta
-
-warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")  # raised by importing fastai
 
 import fastai.callback.progress  # noqa: F401  (adds Learner.no_bar)
 import fastai.callback.schedule  # noqa: F401  (adds Learner.fit_one_cycle)
