@@ -32,7 +32,7 @@ run: install ## the seed scenario with both callback variants; prints their verd
 	@$(PY) -m train.report runs/seed/$(NOW) > /dev/null && echo "timelines: runs/seed/$(NOW)/*/timeline.png"
 
 SKEWS    ?= 0,0.5,1,2,4
-VARIANTS ?= unsynced,barrier
+VARIANTS ?= unsynced,barrier,poll
 REPEATS  ?= 2
 WORLD    ?= 3
 sweep: install ## sweep skew x variant (SKEWS=, VARIANTS=, REPEATS=, WORLD=, ARGS=); writes a report
