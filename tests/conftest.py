@@ -32,11 +32,12 @@ class Run:
         return [e["pid"] for e in self.events if e["event"] == "rank_start"]
 
 
-def run_train(run_dir: Path, *overrides, timeout=300) -> Run:
+def run_train(run_dir: Path, *overrides, timeout=300, env=None) -> Run:
     """python -m train as a user runs it, into run_dir; fails the test instead of hanging.
     Its processes are tagged with the run dir (see processes_tagged)."""
     proc = subprocess.run([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", *overrides],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=tagged_env(str(run_dir)))
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**tagged_env(str(run_dir)), **(env or {})})
     return Run(proc, run_dir)
 
 

@@ -5,6 +5,9 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+from PIL import Image
+
 from conftest import ROOT, alive, processes_tagged, run_train, tagged_env
 
 
@@ -156,3 +159,19 @@ def test_a_run_dir_that_holds_a_run_is_refused_before_any_rank(train):
     assert again.err.strip().splitlines() == \
         [f"error: hydra.run.dir={first.dir}: already holds a run; give each run its own dir"]
     assert (first.dir / "summary.json").read_bytes() == before  # the first result is untouched
+
+
+def test_mnist_sample_goes_through_fastais_untar_data_and_image_loaders(train, tmp_path):
+    """Offline, so the data set is a small stand-in where untar_data keeps MNIST_SAMPLE."""
+    rng = np.random.RandomState(0)
+    for split, n in (("train", 24), ("valid", 8)):
+        for label, shift in (("3", 0), ("7", 60)):
+            folder = tmp_path / "fastai/data/mnist_sample" / split / label
+            folder.mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray((rng.rand(28, 28) * 190).astype("uint8") + shift).save(folder / f"{i}.png")
+    run = train("data=mnist_sample", "data.batch_size=16", "world_size=2", "epochs=1",
+                env={"FASTAI_HOME": str(tmp_path / "fastai")})
+    assert run.rc == 0, run.err[-3000:]
+    assert run.outcomes() == {0: "loaded", 1: "missing"}
+    assert by_event(run, "fit_start")[0]["train_batches"] == 2  # 48 images in 3 batches, shared by two ranks

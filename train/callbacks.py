@@ -1,11 +1,11 @@
 """The SaveModelCallback variants under test. They differ only in `sync()`: what
 happens between the saving rank's last write and every rank's load.
 
-The shared rules are the seed's: fastai's SaveModelCallback monitoring accuracy,
-the last epoch always saves (after the skewed rank's sleep, or with skew.at=mid_write
-halfway through writing the file), a checkpoint left by
-an earlier run is removed before training, and every rank loads the checkpoint
-when fit ends. A failed load is recorded, not raised, so every rank is observed.
+The shared rules are the seed's: fastai's SaveModelCallback monitoring accuracy; the
+last epoch always saves, after the skewed rank's stall (or, with skew.at=mid_write,
+with the stall halfway through writing the file); a checkpoint left by an earlier run
+is removed before training; every rank loads the checkpoint when fit ends. A failed
+load is recorded, not raised, so that every rank is observed.
 """
 import hashlib
 import io
@@ -40,6 +40,10 @@ def say(text):
 
 
 class RaceSaveModelCallback(SaveModelCallback):
+    """events: this rank's EventLog; skew_*: who stalls the last save, how long, where;
+    keep_existing / early_saves / crash_rank: as in configs/train.yaml; sync_timeout_s:
+    how long a sync that waits by itself (poll) may wait."""
+
     def __init__(self, events, fname="best", skew_rank=0, skew_seconds=0.0, skew_at="before_save",
                  keep_existing=False, early_saves=False, crash_rank=None, sync_timeout_s=60.0):
         super().__init__(monitor="accuracy", fname=fname, every_epoch=False, with_opt=False)
