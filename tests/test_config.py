@@ -34,12 +34,12 @@ def test_auto_picks_cpu_gloo_without_enough_gpus_and_nccl_with():
     ({"skew.rank": 3}, 0, "skew.rank=3: must be a rank in 0..2"),
     ({"skew.seconds": -1.0}, 0, "skew.seconds=-1.0"),
     ({"epochs": -2}, 0, "epochs=-2"),
-    ({"backend": "nccl"}, 2, "backend='nccl': needs one GPU per rank: 3 ranks on this node, 2 GPU(s) visible"),
-    ({"device": "cuda"}, 0, "device='cuda': needs one GPU per rank: 3 ranks on this node, 0 GPU(s) visible"),
+    ({"backend": "nccl"}, 2, "backend='nccl': needs one GPU per rank: 3 ranks, 2 GPU(s) visible"),
+    ({"device": "cuda"}, 0, "device='cuda': needs one GPU per rank: 3 ranks, 0 GPU(s) visible"),
     ({"device": "cpu", "backend": "nccl"}, 4, "backend='nccl': needs device=cuda"),
     ({"crash_rank": 7}, 0, "crash_rank=7"),
     ({"timeout.collective_s": 0}, 0, "timeout.collective_s=0"),
-    ({"launch.nnodes": 2}, 0, "launch.nnodes=2"),
+    ({"launch.start_method": "fork"}, 0, "launch.start_method='fork': must be spawn or forkserver"),
 ])
 def test_plan_rejects_bad_values_naming_key_and_value(changes, gpus, message):
     with pytest.raises(ConfigError) as e:
@@ -52,7 +52,7 @@ def test_plan_rejects_bad_values_naming_key_and_value(changes, gpus, message):
     ("skew.rank=5", "error: skew.rank=5: must be a rank in 0..2 (world_size=3)"),
     ("skew.seconds=-1", "error: skew.seconds=-1: must be a number >= 0"),
     ("epochs=-1", "error: epochs=-1: must be an integer >= 1 (the last epoch saves)"),
-    ("backend=nccl", "error: backend='nccl': needs one GPU per rank: 3 ranks on this node, 0 GPU(s) visible"),
+    ("backend=nccl", "error: backend='nccl': needs one GPU per rank: 3 ranks, 0 GPU(s) visible"),
 ])
 def test_cli_rejects_bad_config_with_one_line_before_any_rank(tmp_path, override, expected):
     run_dir = tmp_path / "run"
