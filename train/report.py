@@ -17,6 +17,7 @@ import yaml
 
 from train.events import read_events
 from train.outcomes import OUTCOMES
+from train.summary import align
 
 FIELDS = ["job", "variant", "skew_s", "skew_rank", "world_size", "epochs", "seed", "repeat", "status",
           "verdict", *(f"n_{o}" for o in OUTCOMES), "nonsaver_wait_s", "nonsaver_read_vs_save_end_s",
@@ -214,6 +215,11 @@ def write_report(root) -> str:
     return f"{table}\n\nreport: {root / 'report.md'}"
 
 
+def skew_cell(skew: dict) -> str:
+    where = " mid-write" if skew.get("at") == "mid_write" else ""
+    return f"rank {skew['rank']}: {skew['seconds']} s{where}"
+
+
 def rank_cell(rank: dict) -> str:
     lead = rank["timings"].get("load_after_save_end")
     return rank["outcome"] + (f" ({lead:+.2f} s)" if lead is not None else "")
@@ -224,14 +230,12 @@ def compare(run_dirs) -> str:
     summaries = [load_summary(d) for d in run_dirs]
     header = ["", *(s["config"]["callback"]["name"] for s in summaries)]
     rows = [header,
-            ["skew", *(f"rank {s['config']['skew']['rank']}: {s['config']['skew']['seconds']} s" for s in summaries)],
+            ["skew", *(skew_cell(s["config"]["skew"]) for s in summaries)],
             ["verdict", *(s["verdict"] for s in summaries)]]
     for rank in range(max(len(s["ranks"]) for s in summaries)):
         rows.append([f"rank {rank}", *(rank_cell(s["ranks"][rank]) if rank < len(s["ranks"]) else "-"
                                        for s in summaries)])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines.append("(rank: outcome (when its load started, relative to the end of the last save))")
+    lines = [align(rows), "(rank: outcome (when its load started, relative to the end of the last save))"]
     for s in summaries:
         lines.append(f"{s['config']['callback']['name']}: {s['explanation']}")
     return "\n".join(lines)

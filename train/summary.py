@@ -61,17 +61,20 @@ def write_json_atomic(path: Path, data: dict):
     os.replace(tmp, path)
 
 
+def align(rows) -> str:
+    """Rows of strings as left-aligned columns."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+
+
 def format_table(verdict: dict) -> str:
-    cols = [("rank", "rank"), ("outcome", "outcome"), ("load_attempt", "load at"),
-            ("load_after_save_end", "vs save end"), ("wait", "sync wait")]
-    rows = [[h for _, h in cols]]
+    """Each rank's outcome, when it started loading, how that stood against the save's end, and its wait."""
+    rows = [["rank", "outcome", "load at", "vs save end", "sync wait"]]
     for r in verdict["ranks"]:
         t = r["timings"]
-        cell = {"rank": str(r["rank"]), "outcome": r["outcome"]}
-        for key in ("load_attempt", "load_after_save_end", "wait"):
-            cell[key] = f"{t[key]:+.2f} s" if key == "load_after_save_end" and key in t else \
-                f"{t[key]:.2f} s" if key in t else "-"
-        rows.append([cell[k] for k, _ in cols])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    return "\n".join(lines)
+
+        def secs(key, sign=""):
+            return f"{t[key]:{sign}.2f} s" if key in t else "-"
+        rows.append([str(r["rank"]), r["outcome"], secs("load_attempt"), secs("load_after_save_end", "+"),
+                     secs("wait")])
+    return align(rows)
