@@ -34,8 +34,8 @@ def environment() -> dict:
     import torch  # already imported by the launcher; never fastai here
 
     cuda = torch.cuda.is_available()
-    try:
-        nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else None
+    try:  # the NCCL that torch carries, GPUs or not
+        nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.version.cuda else None
     except Exception:
         nccl = None
     return {
