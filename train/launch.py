@@ -84,7 +84,7 @@ def failure_message(failure) -> str:
 def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
     """Start the ranks and wait for them. Returns ok | failed | interrupted | timeout."""
     launch_cfg = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=plan.nproc_per_node, run_id=cfg["launch"]["rdzv_id"],
+        min_nodes=1, max_nodes=1, nproc_per_node=cfg["world_size"], run_id="race",
         rdzv_backend="c10d", rdzv_endpoint="localhost:0",  # one node; port 0: a free port
         rdzv_configs={"join_timeout": cfg["timeout"]["collective_s"]},
         max_restarts=0, monitor_interval=0.1, start_method=cfg["launch"]["start_method"],

@@ -14,7 +14,6 @@ class ConfigError(ValueError):
 class Plan:
     device: str  # cpu | cuda
     backend: str  # gloo | nccl
-    nproc_per_node: int
     reason: str  # why this device/backend, for the console and summary.json
 
 
@@ -72,9 +71,9 @@ def check_config(cfg: dict) -> None:
 def make_plan(cfg: dict, gpu_count: int) -> Plan:
     """Check cfg, then pick device and backend for the ranks."""
     check_config(cfg)
-    nproc = cfg["world_size"]
+    ranks = cfg["world_size"]
     device, backend = cfg["device"], cfg["backend"]
-    enough = gpu_count >= nproc
+    enough = gpu_count >= ranks
 
     if device == "auto":
         if backend == "nccl":
@@ -90,11 +89,11 @@ def make_plan(cfg: dict, gpu_count: int) -> Plan:
         raise _bad("backend", "nccl", "needs device=cuda")
     if device == "cuda" and not enough:  # fastai/Accelerate put rank r on cuda:r
         key, value = ("backend", "nccl") if backend == "nccl" else ("device", "cuda")
-        raise _bad(key, value, f"needs one GPU per rank: {nproc} ranks, {gpu_count} GPU(s) visible")
+        raise _bad(key, value, f"needs one GPU per rank: {ranks} ranks, {gpu_count} GPU(s) visible")
 
     if cfg["device"] == "auto" and cfg["backend"] == "auto":
-        reason = (f"auto: {gpu_count} GPU(s) visible for {nproc} rank(s) -> "
+        reason = (f"auto: {gpu_count} GPU(s) visible for {ranks} rank(s) -> "
                   f"{'CUDA+NCCL' if device == 'cuda' else 'CPU+gloo'}")
     else:
         reason = f"asked for device={cfg['device']} backend={cfg['backend']} ({gpu_count} GPU(s) visible)"
-    return Plan(device=device, backend=backend, nproc_per_node=nproc, reason=reason)
+    return Plan(device=device, backend=backend, reason=reason)
