@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from train.events import read_events
-from train.outcomes import OUTCOMES
+from train.outcomes import OUTCOMES, saves
 from train.summary import align
 
 FIELDS = ["job", "variant", "skew_s", "skew_rank", "world_size", "epochs", "seed", "repeat", "status",
@@ -46,7 +46,7 @@ def _median(values):
     return round(statistics.median(values), 3) if values else ""
 
 
-def run_row(root: Path, run: Path) -> dict:
+def run_row(root: Path, run: Path, events: list) -> dict:
     """One CSV row. A job with no summary.json crashed before it could record a verdict."""
     summary_path = run / "summary.json"
     if summary_path.exists():
@@ -55,9 +55,8 @@ def run_row(root: Path, run: Path) -> dict:
     else:
         cfg = yaml.safe_load((run / ".hydra/config.yaml").read_text())
         status, verdict, ranks = "crashed", "crashed", []
-    events = read_events(run)
-    saves = [e for e in events if e["event"] == "save_end"]
-    saver = saves[-1]["rank"] if saves else 0
+    written = saves(events)
+    saver = written[-1]["rank"] if written else 0
     others = [r["timings"] for r in ranks if r["rank"] != saver]
     ends = {e["event"]: e["t"] for e in events if e["rank"] == "launcher"}
     row = {
@@ -143,14 +142,13 @@ PHASES = [  # (label, start event, end events, colour), drawn in this order
 FAILURES = ("load_error", "barrier_error", "poll_timeout", "crash")
 
 
-def plot_timeline(run: Path, path: Path):
+def plot_timeline(run: Path, events: list, path: Path):
     """One bar per rank: start-up, training, skew, saving, waiting at its sync, loading; failures marked."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    events = read_events(run)
     summary = load_summary(run)
     t0 = next((e["t"] for e in events if e["event"] == "launch_start"), events[0]["t"])
     end = max(e["t"] for e in events) - t0
@@ -172,9 +170,9 @@ def plot_timeline(run: Path, path: Path):
         outcome = summary["ranks"][rank]["outcome"] if rank < len(summary["ranks"]) else "?"
         ax.text(end * 1.01, y, outcome, va="center", fontsize=9,
                 color="#2ca02c" if outcome == "loaded" else "#d62728")
-    saves = [e for e in events if e["event"] == "save_end"]
-    if saves:
-        ax.axvline(saves[-1]["t"] - t0, color="#3182bd", linestyle="--", linewidth=1)
+    written = saves(events)
+    if written:
+        ax.axvline(written[-1]["t"] - t0, color="#3182bd", linestyle="--", linewidth=1)
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
     ax.invert_yaxis()
     ax.set_xlim(0, end * 1.12)
@@ -196,7 +194,8 @@ def write_report(root) -> str:
     runs = find_runs(root)
     if not runs:
         raise SystemExit(f"error: no runs under {root} (a run dir has a .hydra/ folder)")
-    rows = [run_row(root, run) for run in runs]
+    events = {run: read_events(run) for run in runs}
+    rows = [run_row(root, run, events[run]) for run in runs]
     with open(root / "report.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
@@ -211,7 +210,7 @@ def write_report(root) -> str:
     plot_race_vs_skew(groups, root / "race_vs_skew.png")
     for run, row in zip(runs, rows):
         if row["verdict"] != "crashed":
-            plot_timeline(run, run / "timeline.png")
+            plot_timeline(run, events[run], run / "timeline.png")
     return f"{table}\n\nreport: {root / 'report.md'}"
 
 
