@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell sha256sum requirements.lock | cut -c1-12)
 NOW    := $(shell date +%Y-%m-%d_%H-%M-%S)
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock run sweep report bench test clean
+.PHONY: help install lock run sweep matrix stability report bench test test-fast clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F":.*## " "{printf \"  make %-16s %s\\n\", \$$1, \$$2}"
@@ -39,6 +39,21 @@ sweep: install ## sweep skew x variant (SKEWS=, VARIANTS=, REPEATS=, WORLD=, ARG
 	$(PY) -m train -m skew.seconds=$(SKEWS) callback=$(VARIANTS) world_size=$(WORLD) \
 		'repeat=range($(REPEATS))' hydra.sweep.dir=runs/sweep/$(NOW) $(ARGS)
 
+# The scenario x fix matrix. Its defaults differ from sweep's: every scenario and fix, 2 ranks, 1 repeat.
+comma    := ,
+empty    :=
+space    := $(empty) $(empty)
+options   = $(subst $(space),$(comma),$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
+given     = $(if $(filter command line environment,$(origin $(1))),$($(1)),$(2))
+matrix: install ## scenario x fix, one Hydra multirun: make matrix [REPEATS=1 WORLD=2 SCENARIOS=seed,torn VARIANTS=barrier,atomic ARGS=]
+	$(PY) -m train -m scenario=$(call given,SCENARIOS,$(call options,scenario)) \
+		callback=$(call given,VARIANTS,$(call options,callback)) world_size=$(call given,WORLD,2) \
+		'repeat=range($(call given,REPEATS,1))' hydra.sweep.dir=$(call given,DIR,runs/matrix/$(NOW)) $(ARGS)
+
+N ?= 50
+stability: install ## the seed scenario N times with unsynced and with barrier: verdict counts, weight digests (N=50)
+	$(PY) -m train.stability --runs $(N) $(ARGS)
+
 report: install ## rebuild the report of a run or sweep dir: make report DIR=runs/sweep/...
 	@test -n "$(DIR)" || { echo "usage: make report DIR=<run or sweep dir>" >&2; exit 2; }
 	$(PY) -m train.report $(DIR)
@@ -46,8 +61,11 @@ report: install ## rebuild the report of a run or sweep dir: make report DIR=run
 bench: install ## wall time and launcher peak memory of the seed run, recorded in runs/bench/ (ARGS=)
 	$(PY) -m train.bench $(ARGS)
 
-test: install ## run the test suite (real multi-rank gloo jobs; a few minutes)
+test: install ## run the whole test suite, as CI does (real multi-rank gloo jobs, the matrix, the engine tier)
 	$(PY) -m pytest -q tests
+
+test-fast: install ## the quick subset for your own loop: no slow or engine tests (about a minute)
+	$(PY) -m pytest -q -m "not slow and not engine" tests
 
 clean: ## remove runs/ (results) and caches; keeps .venv
 	rm -rf runs .pytest_cache

@@ -1,17 +1,32 @@
-"""Bad configs are rejected before any rank starts; device/backend choice."""
+"""Bad configs are rejected with one line before any rank starts; device/backend choice; the schema
+is the one source of every key, and README's table is made from it."""
+import os
 import subprocess
 import sys
 
 import pytest
-import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from conftest import ROOT
-from train.plan import ConfigError, make_plan
+from train.config import ConfigError, markdown_table
+from train.plan import Machine, make_plan
+
+LAPTOP = Machine(cpus=2, gpus=0, memory_mib=16_000, open_files=1024)
+
+
+def composed(*overrides) -> dict:
+    """The config `python -m train` would run, as plain data (nothing is launched)."""
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+    out = OmegaConf.to_container(cfg, resolve=False)
+    out.pop("hydra")
+    out["checkpoint"]["dir"] = "/tmp/models"
+    return out
 
 
 def base_cfg(**changes):
-    cfg = yaml.safe_load((ROOT / "configs/train.yaml").read_text())
-    cfg.pop("defaults"), cfg.pop("hydra")
+    cfg = composed()
     for dotted, value in changes.items():
         node = cfg
         *path, last = dotted.split(".")
@@ -22,63 +37,142 @@ def base_cfg(**changes):
 
 
 def test_auto_picks_cpu_gloo_without_enough_gpus_and_nccl_with():
-    plan = make_plan(base_cfg(), gpu_count=2)
+    plan = make_plan(base_cfg(), Machine(cpus=2, gpus=2, memory_mib=16_000, open_files=1024))
     assert (plan.device, plan.backend) == ("cpu", "gloo")
     assert "2 GPU(s) visible for 3 rank(s)" in plan.reason
-    plan = make_plan(base_cfg(), gpu_count=3)
+    plan = make_plan(base_cfg(), Machine(cpus=2, gpus=3, memory_mib=16_000, open_files=1024))
     assert (plan.device, plan.backend) == ("cuda", "nccl")
 
 
-@pytest.mark.parametrize("changes, gpus, message", [
-    ({"world_size": 0}, 0, "world_size=0: must be an integer >= 1"),
-    ({"skew.rank": 3}, 0, "skew.rank=3: must be a rank in 0..2"),
-    ({"skew.seconds": -1.0}, 0, "skew.seconds=-1.0"),
-    ({"epochs": -2}, 0, "epochs=-2"),
-    ({"backend": "nccl"}, 2, "backend='nccl': needs one GPU per rank: 3 ranks, 2 GPU(s) visible"),
-    ({"device": "cuda"}, 0, "device='cuda': needs one GPU per rank: 3 ranks, 0 GPU(s) visible"),
-    ({"device": "cpu", "backend": "nccl"}, 4, "backend='nccl': needs device=cuda"),
-    ({"crash_rank": 7}, 0, "crash_rank=7"),
-    ({"timeout.collective_s": 0}, 0, "timeout.collective_s=0"),
-    ({"launch.start_method": "fork"}, 0, "launch.start_method='fork': must be spawn or forkserver"),
+# Values that Hydra's structured config lets through (right type) but that are out of range, or wrong
+# together; each group of the config is covered.
+@pytest.mark.parametrize("changes, message", [
+    ({"world_size": 0}, "world_size=0: must be an integer >= 1"),
+    ({"epochs": -2}, "epochs=-2: must be an integer >= 1"),
+    ({"lr": float("inf")}, "lr=inf: must be a finite number > 0"),
+    ({"lr": float("nan")}, "lr=nan: must be a finite number > 0"),
+    ({"expect": "maybe"}, "expect='maybe': must be null or one of clean, race, save_failed, error"),
+    ({"skew.rank": 3}, "skew.rank=3: must be a rank in 0..2 (world_size=3)"),
+    ({"skew.seconds": -1.0}, "skew.seconds=-1.0: must be a finite number >= 0"),
+    ({"skew.mid_write_s": float("nan")}, "skew.mid_write_s=nan: must be a finite number >= 0"),
+    ({"fault.crash_rank": 7}, "fault.crash_rank=7: must be null or a rank in 0..2"),
+    ({"fault.save_error": "ENOENT"}, "fault.save_error='ENOENT': must be null or one of ENOSPC, EIO, EROFS"),
+    ({"fault.best_epoch": 3}, "fault.best_epoch=3: must be null, -1 or an epoch in 0..2 (epochs=3)"),
+    ({"fault.read_delay_s": -0.5}, "fault.read_delay_s=-0.5: must be a finite number >= 0"),
+    ({"checkpoint.guard": "always"}, "checkpoint.guard='always': must be one of none, load, sync"),
+    ({"timeout.collective_s": 0}, "timeout.collective_s=0: must be a finite number > 0"),
+    ({"timeout.run_s": float("inf")}, "timeout.run_s=inf: must be a finite number > 0"),
+    ({"launch.start_method": "fork"}, "launch.start_method='fork': must be one of forkserver, spawn"),
+    ({"data.batch_size": 0}, "data.batch_size=0: must be an integer >= 1"),
+    ({"data.valid_pct": 1.5}, "data.valid_pct=1.5: must be a finite number > 0 and <= 0.9"),
+    ({"data.classes": [3, 12]}, "data.classes=[3, 12]: must be a list of integers >= 0 and <= 9"),
+    ({"data.classes": [3, 3]}, "data.classes=[3, 3]: must be two different digits"),
 ])
-def test_plan_rejects_bad_values_naming_key_and_value(changes, gpus, message):
+def test_plan_rejects_bad_values_naming_key_and_value(changes, message):
     with pytest.raises(ConfigError) as e:
-        make_plan(base_cfg(**changes), gpu_count=gpus)
-    assert message in str(e.value)
+        make_plan(base_cfg(**changes), LAPTOP)
+    assert str(e.value) == message or str(e.value).startswith(message)
+
+
+@pytest.mark.parametrize("changes, machine, message", [
+    ({"backend": "nccl"}, Machine(2, 2, 16_000, 1024), "backend='nccl': needs one GPU per rank: 3 ranks, 2 GPU(s)"),
+    ({"device": "cuda"}, LAPTOP, "device='cuda': needs one GPU per rank: 3 ranks, 0 GPU(s) visible"),
+    ({"device": "cpu", "backend": "nccl"}, Machine(2, 4, 16_000, 1024), "backend='nccl': needs device=cuda"),
+    ({"world_size": 200}, LAPTOP, "world_size=200: more than 4 CPU ranks per core: this machine has 2 core(s), "
+                                  "so at most 8; launch.oversubscribe=true allows more"),
+    ({"world_size": 200, "launch.oversubscribe": True}, Machine(2, 0, 500_000, 1024),
+     "world_size=200: needs about 3264 open files, the limit is 1024 (ulimit -n)"),
+    ({"world_size": 8}, Machine(2, 0, 2_000, 1024), "world_size=8: needs about 4800 MiB for its ranks, 2000 MiB"),
+])
+def test_plan_refuses_what_the_machine_cannot_hold(changes, machine, message):
+    with pytest.raises(ConfigError) as e:
+        make_plan(base_cfg(**changes), machine)
+    assert str(e.value).startswith(message)
+
+
+def test_every_scenario_composes_and_passes_the_checks():
+    scenarios = sorted(p.stem for p in (ROOT / "configs/scenario").glob("*.yaml"))
+    assert {"seed", "stale", "torn", "skip_if_missing", "disagree", "save_fails", "many_writers"} <= set(scenarios)
+    for name in scenarios:
+        make_plan(composed(f"scenario={name}"), LAPTOP)
+        header = (ROOT / f"configs/scenario/{name}.yaml").read_text().splitlines()
+        assert header[0] == "# @package _global_"
+        assert "#" in header[1] and any(c.isdigit() for c in " ".join(header[1:4])), f"{name}: cite its report"
+
+
+def test_the_seed_scenario_is_the_schemas_defaults():
+    assert composed() == composed("scenario=seed")
+    cfg = composed()
+    assert (cfg["world_size"], cfg["epochs"], cfg["skew"]) == (3, 3, {"rank": 0, "seconds": 3.0, "mid_write_s": 0.0})
+
+
+def cli(tmp_path, *overrides, env=None):
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", *overrides],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
+    return proc, run_dir
 
 
 @pytest.mark.parametrize("override, expected", [
     ("world_size=0", "error: world_size=0: must be an integer >= 1"),
+    ("world_size=abc", "error: world_size=abc: must be an integer >= 1"),
     ("skew.rank=5", "error: skew.rank=5: must be a rank in 0..2 (world_size=3)"),
-    ("skew.seconds=-1", "error: skew.seconds=-1: must be a number >= 0"),
-    ("epochs=-1", "error: epochs=-1: must be an integer >= 1 (the last epoch saves)"),
+    ("skew.seconds=-1", "error: skew.seconds=-1.0: must be a finite number >= 0"),
+    ("skew.seconds=nan", "error: skew.seconds=nan: must be a finite number >= 0"),
+    ("data.batch_size=x", "error: data.batch_size=x: must be an integer >= 1"),
+    ("fault.save_error=ENOENT", "error: fault.save_error='ENOENT': must be null or one of ENOSPC, EIO, EROFS"),
+    ("nosuchkey=1", "error: nosuchkey: not a key of this config (python -m train.config lists them)"),
+    ("skew=3", "error: skew=3: skew is a group of keys; set them one by one"),
+    ("callback=nope", "error: callback=nope: no such option; one of agreed, atomic, barrier, broadcast, dcp, poll, "
+                      "unsynced"),
+    ("scenario=nope", "error: scenario=nope: no such option; one of disagree, many_writers, save_fails, seed, "
+                      "skip_if_missing, stale, torn"),
     ("backend=nccl", "error: backend='nccl': needs one GPU per rank: 3 ranks, 0 GPU(s) visible"),
+    ("world_size=200", "error: world_size=200: more than 4 CPU ranks per core: this machine has 2 core(s), so at "
+                       "most 8; launch.oversubscribe=true allows more"),
 ])
 def test_cli_rejects_bad_config_with_one_line_before_any_rank(tmp_path, override, expected):
-    run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", override],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [expected]
+    if "cores" in expected and os.cpu_count() != 2:
+        expected = expected.split(":")[0] + ": more than 4 CPU ranks per core"
+    proc, run_dir = cli(tmp_path, override)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(expected)
     assert not run_dir.exists(), "nothing may be left where a result would be"
 
 
-def test_unknown_callback_gets_hydras_error_listing_the_options(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "train", f"hydra.run.dir={tmp_path / 'run'}", "callback=nope"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0
-    assert "Could not find 'callback/nope'" in proc.stderr
-    assert "barrier" in proc.stderr and "unsynced" in proc.stderr
-    assert not (tmp_path / "run").exists()
+def test_a_combination_that_makes_no_sense_is_refused_with_its_reason(tmp_path):
+    proc, run_dir = cli(tmp_path, "scenario=torn", "callback=dcp")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: scenario=torn callback=dcp: n/a: torch.distributed.checkpoint writes its own files; the stall is "
+        "placed in the torch.save path"]
+    assert not run_dir.exists()
+
+
+def test_a_run_dir_that_cannot_be_made_gets_one_line_and_exit_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # a run dir below a file cannot be made, whoever runs the test
+    proc, _ = cli(tmp_path, f"hydra.run.dir={blocker / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [f"error: hydra.run.dir: cannot write {blocker / 'run'}: "
+                                                "Not a directory"]
 
 
 def test_data_that_cannot_be_downloaded_fails_with_one_line_before_any_rank(tmp_path):
     url = "http://127.0.0.1:9/mnist_sample.tgz"  # loopback, nothing listens: the download cannot happen
-    proc = subprocess.run([sys.executable, "-m", "train", f"hydra.run.dir={tmp_path / 'run'}", "data=mnist_sample",
-                           f"data.url={url}", f"data.cache={tmp_path / 'no-cache'}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc, run_dir = cli(tmp_path, "data=mnist_sample", f"data.url={url}", f"data.cache={tmp_path / 'no-cache'}")
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith(f"error: data.url='{url}': cannot download mnist_sample (")
     assert line.endswith("data=digits works offline")
-    assert not (tmp_path / "run").exists()
+    assert not run_dir.exists()
+
+
+def test_readme_key_table_is_the_schemas():
+    readme = (ROOT / "README.md").read_text()
+    assert markdown_table() in readme, "README's key table is stale: paste `python -m train.config` into it"
+    out = subprocess.run([sys.executable, "-m", "train.config"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout == markdown_table()
+    assert "| `fault.save_error` | null |" in out.stdout and "| `data.batch_size` | 16 |" in out.stdout

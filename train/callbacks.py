@@ -1,12 +1,18 @@
-"""The SaveModelCallback variants under test. They differ only in `sync()`: what
-happens between the saving rank's last write and every rank's load.
+"""The fixes under test: fastai SaveModelCallback variants that differ only in how they save,
+sync and load. Everything else is shared and lives in RaceSaveModelCallback, the one owner of
+the checkpoint's save, wait and load:
 
-The shared rules are the seed's: fastai's SaveModelCallback monitoring accuracy; the
-last epoch always saves, after the skewed rank's stall (or, with skew.at=mid_write,
-with the stall halfway through writing the file); a checkpoint left by an earlier run
-is removed before training; every rank loads the checkpoint when fit ends. A failed
-load is recorded, not raised, so that every rank is observed.
+- fastai's SaveModelCallback monitoring accuracy; the file holds the best model so far;
+- `_should_save`: the last epoch always saves (its skew is the race), and with
+  checkpoint.early_saves every improvement before it too;
+- a checkpoint left by an earlier run is removed before training (checkpoint.keep_existing);
+- when fit ends every rank decides whether to load (checkpoint.guard), syncs, loads, and
+  records the digest of the weights it ends with;
+- every load is `weights_only=True` (no foreign code runs), and a failed one is recorded, not
+  raised, so that every rank is observed;
+- what goes wrong is placed by train/faults.py at named points, never here.
 """
+import copy
 import hashlib
 import io
 import os
@@ -14,16 +20,18 @@ import time
 from datetime import datetime
 
 import torch
+import torch.distributed as dist
 from fastai.callback.tracker import SaveModelCallback, TrackerCallback
 from fastai.learner import load_model
-from fastai.torch_core import distrib_barrier, get_model, rank_distrib
+from fastai.torch_core import get_model, rank_distrib
 from torch.nn.parallel import DistributedDataParallel
 
 
 def weights_digest(model) -> str:
-    """A short hash of the model's weights, to tell which checkpoint a rank holds."""
+    """A short hash of a model's (or a state dict's) weights, to tell which checkpoint a rank holds."""
+    state = model if isinstance(model, dict) else get_model(model).state_dict()
     h = hashlib.sha256()
-    for name, tensor in get_model(model).state_dict().items():
+    for name, tensor in state.items():
         h.update(name.encode())
         h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
@@ -31,139 +39,297 @@ def weights_digest(model) -> str:
 
 def error_fields(e: BaseException) -> dict:
     message = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-    return {"error_type": type(e).__name__, "message": message}
+    error_type = getattr(e, "error_type", type(e).__name__)
+    timed_out = "timed out" in str(e).lower() or "timeout" in error_type.lower()
+    return {"error_type": error_type, "message": message, "timed_out": timed_out}
+
+
+class SyncFailed(Exception):
+    """A sync inside a load failed; its sync_error event is recorded already."""
+
+
+class LoadFailedOnRank0(Exception):
+    """Rank 0 could not read the checkpoint it was to broadcast; carries its error's type."""
+
+    def __init__(self, error_type, message):
+        super().__init__(message)
+        self.error_type = error_type
 
 
 def say(text):
-    """A console line with the time, like the seed's log."""
-    print(f"{datetime.now():%H:%M:%S.%f}"[:-3] + f" rank {rank_distrib()}: {text}", flush=True)
+    """A console line with the time and the real rank, like the seed's log."""
+    print(f"{datetime.now():%H:%M:%S.%f}"[:-3] + f" rank {dist.get_rank()}: {text}", flush=True)
 
 
 class RaceSaveModelCallback(SaveModelCallback):
-    """events: this rank's EventLog; skew_*: who stalls the last save, how long, where;
-    keep_existing / early_saves / crash_rank: as in configs/train.yaml; sync_timeout_s:
-    how long a sync that waits by itself (poll) may wait."""
+    """events: this rank's EventLog; faults: train/faults.py's points for this run;
+    checkpoint: the checkpoint config (keep_existing, early_saves, guard); timeout_s: how long
+    a wait that is not a collective (poll, atomic) may last."""
 
-    def __init__(self, events, fname="best", skew_rank=0, skew_seconds=0.0, skew_at="before_save",
-                 keep_existing=False, early_saves=False, crash_rank=None, sync_timeout_s=60.0):
-        super().__init__(monitor="accuracy", fname=fname, every_epoch=False, with_opt=False)
-        self.events, self.keep_existing, self.early_saves = events, keep_existing, early_saves
-        self.skew_rank, self.skew_seconds, self.skew_at = skew_rank, skew_seconds, skew_at
-        self.crash_rank, self.sync_timeout_s = crash_rank, sync_timeout_s
+    def __init__(self, events, faults, checkpoint: dict, timeout_s: float):
+        super().__init__(monitor="accuracy", fname=checkpoint["name"], every_epoch=False, with_opt=False)
+        self.events, self.faults, self.timeout_s = events, faults, timeout_s
+        self.keep_existing, self.early_saves, self.guard = (checkpoint[k] for k in ("keep_existing", "early_saves",
+                                                                                  "guard"))
+        self.best_state, self.save_ok = None, None
 
+    # --- what a fix may change ---
+    def write(self, data: bytes, last: bool):
+        """How the writer puts the bytes on disk: fastai's save_model writes the final name in place."""
+        self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.checkpoint, "wb") as f:
+            self.faults.write(f, data, last)
+
+    def sync(self) -> bool:
+        """Between the save and the load; False: do not load."""
+        return True
+
+    def load_checkpoint(self):
+        """Read the checkpoint into this rank's model (fastai's load_model, no foreign code)."""
+        self.record_load_attempt()
+        load_model(self.checkpoint, self.learn.model, None, with_opt=False, device=self.learn.dls.device,
+                   weights_only=True)
+
+    # --- the shared flow ---
     @property
     def checkpoint(self):
         return self.learn.path / self.learn.model_dir / f"{self.fname}.pth"
 
-    def sync(self) -> bool:
-        """Run between the last save and the load; False means: do not load."""
-        raise NotImplementedError
+    def is_writer(self) -> bool:
+        return rank_distrib() == 0  # fastai's notion, as save_model has it
 
     def before_fit(self):
         super().before_fit()
-        if not self.keep_existing and rank_distrib() == 0:
-            self.checkpoint.unlink(missing_ok=True)
+        if not self.keep_existing and dist.get_rank() == 0:
+            self.remove_checkpoint()
         self.events.record("fit_start", train_batches=len(self.dls.train),
                            ddp=isinstance(self.learn.model, DistributedDataParallel))
 
+    def remove_checkpoint(self):
+        self.checkpoint.unlink(missing_ok=True)
+
     def after_epoch(self):
+        values = self.recorder.values[-1]
+        values[self.idx] = self.faults.shape_metric(values[self.idx], self.epoch)
         TrackerCallback.after_epoch(self)  # the monitored metric decides new_best
+        if self.new_best:
+            self.best_state = copy.deepcopy(get_model(self.learn.model).state_dict())
         last = self.epoch == self.n_epoch - 1
-        if last and rank_distrib() == self.crash_rank:
-            self.events.record("crash")
-            say("Crashing on purpose (crash_rank).")
-            os._exit(1)
-        if last and self.skew_at == "before_save":
-            self._skew()
-        if last or (self.early_saves and self.new_best):
-            self._save(self.fname)
+        if last:
+            self.faults.before_last_save()
+        if self._should_save(last):
+            self.save_checkpoint(last)
 
-    def _skew(self):
-        if rank_distrib() == self.skew_rank and self.skew_seconds > 0:
-            self.events.record("skew_start", seconds=self.skew_seconds)
-            time.sleep(self.skew_seconds)
-            self.events.record("skew_end")
+    def _should_save(self, last: bool) -> bool:
+        return last or (self.early_saves and self.new_best)
 
-    def _save(self, name):
-        if rank_distrib() != 0:  # fastai's save_model writes on rank 0 only
+    def save_checkpoint(self, last: bool):
+        """The writer saves the best model so far; a failed save is recorded and training goes on."""
+        if not self.is_writer():
             return
         self.events.record("save_start", epoch=self.epoch, path=str(self.checkpoint))
-        if self.epoch == self.n_epoch - 1 and self.skew_at == "mid_write":
-            self._write_with_a_stall()
-        else:
-            super()._save(name)
-        self.events.record("save_end", epoch=self.epoch, path=str(self.checkpoint),
-                           digest=weights_digest(self.learn.model), bytes=self.checkpoint.stat().st_size)
-        say("Model saved.")
-
-    def _write_with_a_stall(self):
-        """What fastai's save_model writes, reaching the file in two halves with the skew
-        between them: a filesystem that stalls mid-write."""
         buffer = io.BytesIO()
-        torch.save(get_model(self.learn.model).state_dict(), buffer, pickle_protocol=2)
-        data = buffer.getvalue()
-        self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.checkpoint, "wb") as f:
-            f.write(data[:len(data) // 2])
-            f.flush()
-            self._skew()
-            f.write(data[len(data) // 2:])
+        torch.save(self.best_state, buffer, pickle_protocol=2)  # what fastai's save_model writes
+        try:
+            self.write(buffer.getvalue(), last)
+        except OSError as e:
+            self.save_ok = False
+            self.events.record("save_error", epoch=self.epoch, **error_fields(e))
+            say(f"Save failed: {type(e).__name__}: {e}")
+            return
+        self.save_ok = True
+        self.events.record("save_end", epoch=self.epoch, path=str(self.checkpoint),
+                           digest=weights_digest(self.best_state), bytes=len(buffer.getvalue()))
+        say("Model saved.")
 
     def after_fit(self, **kwargs):
         self.events.record("train_end")
         say("Attempting to load model.")  # as the seed printed it: before any sync
-        if self.sync():
-            self._load()
+        if self.guard_allows("sync") and self.sync() and self.guard_allows("load"):
+            self.faults.before_load()
+            try:
+                self.load_checkpoint()
+            except SyncFailed:
+                pass
+            except Exception as e:
+                self.events.record("load_error", **error_fields(e))
+                say(f"Load failed: {type(e).__name__}: {e}")
+            else:
+                self.events.record("load_done", digest=weights_digest(self.learn.model))
+                say("Loaded model.")
+        self.events.record("final", digest=weights_digest(self.learn.model))
 
-    def _load(self):
+    def guard_allows(self, stage: str) -> bool:
+        """checkpoint.guard: a local exists() check before the sync or before the load."""
+        if self.guard != stage or self.checkpoint.exists():
+            return True
+        self.events.record("skip", reason=f"no checkpoint file when it looked (checkpoint.guard={stage})")
+        say("No checkpoint file: not loading.")
+        return False
+
+    def record_load_attempt(self, **fields):
         size = self.checkpoint.stat().st_size if self.checkpoint.exists() else None
-        self.events.record("load_attempt", path=str(self.checkpoint), bytes=size)
+        self.events.record("load_attempt", path=str(self.checkpoint), bytes=size, **fields)
+
+    def wait(self, how: str, until) -> bool:
+        """Run `until()` (a barrier, a collective, a wait) between sync events; False if it failed."""
+        self.events.record("sync_enter", how=how)
         try:
-            load_model(self.checkpoint, self.learn.model, self.learn.opt, with_opt=False,
-                       device=self.learn.dls.device, weights_only=False)
+            result = until()
         except Exception as e:
-            self.events.record("load_error", **error_fields(e))
-            say(f"Load failed: {type(e).__name__}: {e}")
-            return
-        self.events.record("load_done", digest=weights_digest(self.learn.model))
-        say("Loaded model.")
+            self.events.record("sync_error", how=how, **error_fields(e))
+            say(f"{how} failed: {type(e).__name__}: {e}")
+            return False
+        self.events.record("sync_exit", how=how)
+        return result is not False
+
+    def wait_for_file(self, path) -> bool:
+        deadline = time.monotonic() + self.timeout_s
+        while not path.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {path.name} after {self.timeout_s} s (timed out)")
+            time.sleep(0.05)
+        return True
 
 
 class UnsyncedSaveModelCallback(RaceSaveModelCallback):
     """fastai v1, the seed: nothing between rank 0's write and the others' reads."""
 
-    def sync(self):
-        return True
-
 
 class BarrierSaveModelCallback(RaceSaveModelCallback):
-    """fastai 2.8: distrib_barrier() before the load, as Learner.load does."""
+    """fastai 2.8: Learner.load, whose distrib_barrier() comes before the read. fastai's own code runs;
+    its barrier is only watched, so that the events show when each rank entered and left it."""
 
-    def sync(self):
-        self.events.record("barrier_enter")
+    def load_checkpoint(self):
+        import fastai.learner
+
+        barrier = fastai.learner.distrib_barrier
+
+        def watched_barrier():
+            self.events.record("sync_enter", how="barrier")
+            try:
+                barrier()
+            except Exception as e:
+                self.events.record("sync_error", how="barrier", **error_fields(e))
+                say(f"barrier failed: {type(e).__name__}: {e}")
+                raise SyncFailed from e
+            self.events.record("sync_exit", how="barrier")
+            self.record_load_attempt()
+
+        fastai.learner.distrib_barrier = watched_barrier
         try:
-            distrib_barrier()
-        except Exception as e:
-            timed_out = "timed out" in str(e).lower() or "timeout" in type(e).__name__.lower()
-            self.events.record("barrier_error", timed_out=timed_out, **error_fields(e))
-            say(f"Barrier failed: {type(e).__name__}: {e}")
-            return False
-        self.events.record("barrier_exit")
-        return True
+            self.learn.load(self.fname, with_opt=False, weights_only=True)
+        finally:
+            fastai.learner.distrib_barrier = barrier
 
 
 class PollSaveModelCallback(RaceSaveModelCallback):
-    """A naive fix: wait until the checkpoint exists, then load. It beats `missing`, but a
-    file that exists is not a file that is finished (try skew.at=mid_write)."""
+    """A naive fix: wait until the checkpoint exists, then load. It beats `missing`, but a file that
+    exists is not a file that is finished (scenario=torn)."""
 
     def sync(self):
-        self.events.record("poll_enter")
-        deadline = time.monotonic() + self.sync_timeout_s
-        while not self.checkpoint.exists():
-            if time.monotonic() > deadline:
-                self.events.record("poll_timeout", seconds=self.sync_timeout_s)
-                say(f"No checkpoint after {self.sync_timeout_s} s.")
-                return False
-            time.sleep(0.05)
-        self.events.record("poll_exit")
+        return self.wait("file", lambda: self.wait_for_file(self.checkpoint))
+
+
+class AtomicSaveModelCallback(PollSaveModelCallback):
+    """Write a temporary file in the same folder, fsync it, then os.replace it onto the final name
+    (Lightning#20011, Orbax). Readers wait for the final name, with no collective: none sees a
+    partial file, but an older file under that name is taken for the new one (scenario=stale)."""
+
+    def write(self, data: bytes, last: bool):
+        self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.checkpoint.with_name(f".{self.checkpoint.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                self.faults.write(f, data, last)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.checkpoint)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+class AgreedSaveModelCallback(RaceSaveModelCallback):
+    """Rank 0 decides and every rank takes the same branch (Lightning's reduce_boolean_decision, the
+    fix of transformers#40923): rank 0's save result and its decision to load are broadcast, so no
+    rank waits for a peer that went another way. A failed save: no rank loads, and all say why."""
+
+    def guard_allows(self, stage):
+        return True  # the agreed decision replaces every local check
+
+    def sync(self):
+        decision = [None]
+        if dist.get_rank() == 0:
+            ok = self.save_ok is not False and self.checkpoint.exists()
+            decision = [{"load": ok, "why": "" if ok else "rank 0's save failed" if self.save_ok is False
+                         else "rank 0 has no checkpoint"}]
+        if not self.wait("agree", lambda: dist.broadcast_object_list(decision, src=0)):
+            return False
+        if not decision[0]["load"]:
+            self.events.record("skip", reason=f"{decision[0]['why']}: every rank agreed not to load")
+            say(f"Not loading: {decision[0]['why']}.")
+        return decision[0]["load"]
+
+
+class BroadcastSaveModelCallback(RaceSaveModelCallback):
+    """Only rank 0 reads the file; it sends the weights to the others with a collective, so no other
+    rank touches the filesystem."""
+
+    def load_checkpoint(self):
+        sent = [None]
+        if dist.get_rank() == 0:
+            self.record_load_attempt()
+            try:
+                sent = [{"state": torch.load(self.checkpoint, map_location="cpu", weights_only=True)}]
+            except Exception as e:
+                sent = [{"error": error_fields(e)}]
+        if not self.wait("broadcast", lambda: dist.broadcast_object_list(sent, src=0)):
+            raise SyncFailed
+        if dist.get_rank() != 0:
+            self.events.record("load_attempt", source="broadcast from rank 0")
+        if "error" in sent[0]:
+            err = sent[0]["error"]
+            raise LoadFailedOnRank0(err["error_type"], err["message"])
+        get_model(self.learn.model).load_state_dict(sent[0]["state"])
+
+
+class DcpSaveModelCallback(RaceSaveModelCallback):
+    """torch.distributed.checkpoint: save and load are collectives, and `.metadata`, written last by
+    the coordinator, is the commit point. Every rank takes part in each save."""
+
+    @property
+    def checkpoint(self):
+        return self.learn.path / self.learn.model_dir / f"{self.fname}.dcp"
+
+    def remove_checkpoint(self):
+        import shutil
+        shutil.rmtree(self.checkpoint, ignore_errors=True)
+
+    def is_writer(self):
         return True
+
+    def save_checkpoint(self, last):
+        import torch.distributed.checkpoint as dcp
+
+        state = {"model": self.best_state}
+        if dist.get_rank() == 0:
+            self.events.record("save_start", epoch=self.epoch, path=str(self.checkpoint))
+        dcp.save(state, checkpoint_id=str(self.checkpoint))
+        if dist.get_rank() == 0:
+            self.save_ok = True
+            self.events.record("save_end", epoch=self.epoch, path=str(self.checkpoint),
+                               digest=weights_digest(self.best_state), bytes=dir_size(self.checkpoint))
+            say("Model saved.")
+
+    def load_checkpoint(self):
+        import torch.distributed.checkpoint as dcp
+
+        self.record_load_attempt()
+        state = {"model": get_model(self.learn.model).state_dict()}
+        dcp.load(state, checkpoint_id=str(self.checkpoint))
+        get_model(self.learn.model).load_state_dict(state["model"])
+
+
+def dir_size(path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+

@@ -4,10 +4,12 @@
 It never imports fastai; each rank does, in its own process (train/worker.py).
 """
 import atexit
+import errno
 import multiprocessing
 import os
 import shutil
 import signal
+import socket
 import sys
 import threading
 import traceback
@@ -25,12 +27,23 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from train.config import ConfigError
 from train.events import LAUNCHER, EventLog, read_events
 from train.outcomes import judge
-from train.plan import ConfigError, make_plan
+from train.plan import make_plan, this_machine
 from train.summary import environment, format_table, write_json_atomic
 
-EXIT_EXPECT_MISMATCH, EXIT_BAD_CONFIG, EXIT_INTERRUPTED = 1, 2, 130
+EXIT_EXPECT_MISMATCH, EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED = 1, 2, 3, 130
+_started = threading.Event()  # set once a run dir is claimed: from then on errors are the run's, not the input's
+
+
+def started() -> bool:
+    return _started.is_set()
+
+
+def first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0][:300] if lines else ""
 
 
 @record
@@ -73,20 +86,55 @@ def stop_forkserver():
 
 
 def failure_message(failure) -> str:
-    """One line on how a rank died: its exception where it left one, else its exit code or signal."""
+    """One line on how a rank died: its exception type and first line where it left one (the
+    traceback stays in its log), else its exit code or signal."""
     if failure.error_file and os.path.isfile(failure.error_file):
-        return str(failure.message).strip().splitlines()[0][:300]
+        message = failure.message
+        if isinstance(message, dict):  # torch elastic's error file: {"message": ..., "extraInfo": ...}
+            message = message.get("message", "")
+        lines = str(message).strip().splitlines()
+        if lines:
+            return lines[0][:300]
     if failure.exitcode < 0:
         return f"killed by {failure.signal_name()}"
     return f"exit code {failure.exitcode}"
 
 
+def failure_log(failure, run_dir: Path) -> str:
+    """The rank's stderr log (its traceback), relative to the run dir."""
+    if not failure.error_file:
+        return ""
+    log = Path(failure.error_file).parent / "stderr.log"
+    try:
+        return str(log.relative_to(run_dir))
+    except ValueError:
+        return str(log)
+
+
+def _raise_signal_exception(signum, frame):
+    raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
+
+
+def port_in_use(endpoint: str):
+    """A fixed rendezvous port on this host that another process holds: the reason, else None."""
+    host, _, port = endpoint.rpartition(":")
+    if int(port) == 0:
+        return None
+    try:
+        with socket.create_server((host, int(port))):
+            return None
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            return None  # not ours to bind (another host's address): the rendezvous will tell
+        return f"rdzv.endpoint={endpoint}: the port is already in use by another process"
+
+
 def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
-    """Start the ranks and wait for them. Returns ok | failed | interrupted | timeout."""
+    """Start the ranks and wait for them. Returns ok | failed | interrupted | timeout | harness_error."""
     launch_cfg = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=cfg["world_size"], run_id="race",
-        rdzv_backend="c10d", rdzv_endpoint="localhost:0",  # one node; port 0: a free port
-        rdzv_configs={"join_timeout": cfg["timeout"]["collective_s"]},
+        min_nodes=1, max_nodes=1, nproc_per_node=cfg["world_size"], run_id=cfg["rdzv"]["id"],
+        rdzv_backend="c10d", rdzv_endpoint=cfg["rdzv"]["endpoint"],
+        rdzv_configs={"join_timeout": cfg["timeout"]["collective_s"], "read_timeout": cfg["timeout"]["collective_s"]},
         max_restarts=0, monitor_interval=0.1, start_method=cfg["launch"]["start_method"],
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL, tee=Std.ALL),
     )
@@ -95,11 +143,20 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
         multiprocessing.set_forkserver_preload(["train.worker"])
         atexit.unregister(stop_forkserver)  # once per process, however many jobs a sweep runs
         atexit.register(stop_forkserver)
+    taken = port_in_use(cfg["rdzv"]["endpoint"])
+    if taken:
+        events.record("launch_error", error_type="OSError", message=taken)
+        print(f"error: {taken}", file=sys.stderr, flush=True)
+        return "harness_error"
     fired = threading.Event()
 
     def stop_run():  # the agent turns SIGTERM into a shutdown of every rank
         fired.set()
         os.kill(os.getpid(), signal.SIGTERM)
+
+    # SIGTERM (docker stop, Slurm, Kubernetes) stops the run as the agent does once ranks run, also
+    # while the rendezvous is still under way
+    signal.signal(signal.SIGTERM, _raise_signal_exception)
 
     watchdog = threading.Timer(cfg["timeout"]["run_s"], stop_run)
     watchdog.daemon = True
@@ -111,10 +168,20 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
     except ChildFailedError as e:
         for rank, failure in sorted(e.failures.items()):
             events.record("rank_failed", failed_rank=rank, exitcode=failure.exitcode,
-                          message=failure_message(failure))
+                          message=failure_message(failure), log=failure_log(failure, run_dir))
         return "failed"
-    except (SignalException, KeyboardInterrupt):
-        return "timeout" if fired.is_set() else "interrupted"
+    except SignalException as e:
+        if fired.is_set():
+            return "timeout"
+        events.record("signal", name=signal.Signals(e.sigval).name)
+        return "interrupted"
+    except KeyboardInterrupt:
+        events.record("signal", name="SIGINT")
+        return "interrupted"
+    except Exception as e:  # the agent itself failed: rendezvous, forkserver, out of resources
+        events.record("launch_error", error_type=type(e).__name__, message=first_line(e))
+        traceback.print_exc(file=sys.stderr)
+        return "harness_error"
     finally:
         watchdog.cancel()
 
@@ -122,8 +189,9 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
 def run_experiment(cfg: dict, plan, run_dir: Path) -> dict:
     """Launch, collect, classify; write summary.json and print the outcome table."""
     print(f"run dir: {run_dir}\ndevice: {plan.device}+{plan.backend} ({plan.reason})\n"
-          f"callback={cfg['callback']['name']} world_size={cfg['world_size']} epochs={cfg['epochs']} "
-          f"skew: rank {cfg['skew']['rank']} sleeps {cfg['skew']['seconds']} s before the last save", flush=True)
+          f"scenario={cfg['scenario']} callback={cfg['callback']['name']} world_size={cfg['world_size']} "
+          f"epochs={cfg['epochs']} skew: rank {cfg['skew']['rank']} sleeps {cfg['skew']['seconds']} s before the "
+          "last save", flush=True)
     events = EventLog(run_dir, LAUNCHER)
     events.record("launch_start", world_size=cfg["world_size"], device=plan.device, backend=plan.backend)
     status = launch(cfg, plan, run_dir, events)
@@ -145,26 +213,42 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 @hydra.main(config_path=str(CONFIGS), config_name="train", version_base="1.3")
 def main(dict_cfg) -> str:
     """One run. In a sweep (-m) a bad or crashed job is reported and the sweep goes on;
-    train/sweep.py then exits non-zero at the end. Returns ok | invalid | crashed | unexpected."""
+    train/sweep.py then exits non-zero at the end. Returns ok | n/a | invalid | crashed | unexpected."""
     hydra_cfg = HydraConfig.get()
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     run_dir = Path(hydra_cfg.runtime.output_dir)
+
+    def refuse(message, discard=True):
+        if discard:
+            discard_run_dir(run_dir)
+        print(f"error: {message}", file=sys.stderr)
+        if in_sweep:
+            return "invalid"
+        sys.exit(EXIT_BAD_CONFIG)
+
     cfg = OmegaConf.to_container(dict_cfg, resolve=True)
     cfg["checkpoint"]["dir"] = str(Path(cfg["checkpoint"]["dir"]).resolve())
-    if (run_dir / "events").exists():  # never mix two runs' events, never delete a result
-        print(f"error: hydra.run.dir={run_dir}: already holds a run; give each run its own dir", file=sys.stderr)
-        if in_sweep:
-            return "invalid"
-        sys.exit(EXIT_BAD_CONFIG)
+    scenario, fix = hydra_cfg.runtime.choices.get("scenario"), cfg["callback"]["name"]
+    if fix in cfg["not_for"]:  # a combination that makes no sense: not run, and not a failure of a sweep
+        why = f"scenario={scenario} callback={fix}: n/a: {cfg['not_for'][fix]}"
+        if not in_sweep:
+            return refuse(why)
+        write_json_atomic(run_dir / "summary.json", {"status": "n/a", "verdict": "n/a", "explanation": why,
+                                                      "config": {**cfg, "scenario": scenario}, "ranks": []})
+        print(why, flush=True)
+        return "n/a"
     try:
-        plan = make_plan(cfg, torch.cuda.device_count())
+        plan = make_plan(cfg, this_machine())
         check_data_reachable(cfg["data"])
+        check_writable(run_dir)
     except ConfigError as e:
-        discard_run_dir(run_dir)
-        print(f"error: {e}", file=sys.stderr)
-        if in_sweep:
-            return "invalid"
-        sys.exit(EXIT_BAD_CONFIG)
+        return refuse(e, discard=not (run_dir / "events").exists())
+    try:  # the claim: of two launches into one run dir, exactly one creates events/
+        (run_dir / "events").mkdir()
+    except FileExistsError:
+        return refuse(f"hydra.run.dir={run_dir}: already holds a run; give each run its own dir", discard=False)
+    _started.set()
+    cfg["scenario"] = scenario
 
     try:
         summary = run_experiment(cfg, plan, run_dir)
@@ -175,12 +259,28 @@ def main(dict_cfg) -> str:
         print(f"error: the job crashed: {type(e).__name__}: {e} (traceback in {run_dir / 'error.txt'})",
               file=sys.stderr)
         return "crashed"
+    finally:
+        _started.clear()
 
     if summary["status"] == "interrupted":
         sys.exit(EXIT_INTERRUPTED)
+    if summary["status"] == "harness_error":
+        if not in_sweep:
+            sys.exit(EXIT_HARNESS)
+        return "crashed"
     if cfg["expect"] and cfg["expect"] != summary["verdict"]:
         print(f"expected {cfg['expect']}, got {summary['verdict']}", file=sys.stderr)
         if not in_sweep:
             sys.exit(EXIT_EXPECT_MISMATCH)
         return "unexpected"
     return "ok"
+
+
+def check_writable(run_dir: Path):
+    """The run dir (Hydra made it) must take our files; say so in one line, not a traceback later."""
+    probe = run_dir / ".write-test"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"hydra.run.dir={run_dir}: cannot write there ({e.strerror})") from None

@@ -1,23 +1,43 @@
 """What each rank saw, and the run's verdict: pure functions over event records.
 
-Rank events (events/rank<N>.jsonl): rank_start, fit_start, skew_start, skew_end,
-save_start, save_end{digest, bytes}, train_end, barrier_enter, barrier_exit,
-barrier_error{error_type, message, timed_out}, poll_enter, poll_exit,
-poll_timeout{seconds}, load_attempt{bytes: the file's size then}, load_done{digest},
-load_error{error_type, message}, crash, rank_end.
-A rank is `aborted` when the launcher stopped it after a peer failed, or when its
-barrier broke because a peer died (whichever comes first is a matter of timing).
-Launcher events (events/launcher.jsonl): launch_start, rank_failed{failed_rank, exitcode},
-launch_end{status: ok | failed | interrupted | timeout}.
+Rank events (events/rank<N>.jsonl): rank_start, fit_start, skew_start{at}, skew_end,
+read_delay_start, read_delay_end, rank_misdetected, save_start, save_end{digest, bytes},
+save_error{error_type, message}, train_end, sync_enter{how}, sync_exit{how},
+sync_error{how, error_type, message, timed_out}, skip{reason}, load_attempt{bytes},
+load_done{digest}, load_error{error_type, message}, final{digest}, crash, rank_end.
+Launcher events (events/launcher.jsonl): launch_start, rank_failed{failed_rank, exitcode,
+message, log}, signal{name}, launch_error{error_type, message},
+launch_end{status: ok | failed | interrupted | timeout | harness_error}.
+
+Each rank's outcome:
+  loaded   it holds the weights of the last save
+  skipped  it did not load: it looked and saw no file, or every rank agreed not to
+  stale    it loaded an older checkpoint (an earlier save, or a file this run never wrote)
+  missing  it tried to load and there was no file
+  corrupt  it read a partly written or unreadable file
+  unsafe   the file held code, and weights_only=True refused to run it
+  timeout  its sync waited past timeout.collective_s (or the run past timeout.run_s)
+  aborted  the launcher stopped it after a peer failed, or its sync broke when a peer died
+  crashed  it died where a scenario placed a crash (fault.crash_rank)
+  error    it failed for a reason outside the experiment: the harness's failure, not a race
+
+The verdict:
+  clean        every rank holds the last checkpoint
+  race         ranks diverged, hung, crashed or read the wrong file
+  save_failed  the save failed and every rank agreed, so none loaded and all hold the same weights
+  error        the harness failed (a rank's own error, a launch that never ran): no verdict on the race
+  interrupted  the run was stopped (Ctrl-C, SIGTERM) before it ended: no verdict on the race
 """
 import re
 from dataclasses import asdict, dataclass, field
 
-OUTCOMES = ("loaded", "missing", "stale", "corrupt", "timeout", "aborted", "error")
+OUTCOMES = ("loaded", "skipped", "stale", "missing", "corrupt", "unsafe", "timeout", "aborted", "crashed", "error")
+VERDICTS = ("clean", "race", "save_failed", "error", "interrupted")
 
 # What torch.load says about a partly written or unreadable file.
 _CORRUPT_TYPES = {"UnpicklingError", "EOFError", "BadZipFile"}
 _CORRUPT_TEXT = ("PytorchStreamReader", "zip archive", "central directory", "unexpected EOF", "truncated")
+_UNSAFE_TEXT = "Weights only load failed"
 
 
 @dataclass
@@ -26,16 +46,19 @@ class RankOutcome:
     outcome: str
     detail: str = ""
     timings: dict = field(default_factory=dict)  # seconds since launch_start
+    final_digest: str = ""  # the weights it ended the run with
+    log: str = ""  # where its traceback is, when it failed
 
 
 @dataclass
 class Verdict:
-    verdict: str  # clean | race
+    verdict: str
     explanation: str
+    replicas: str  # agree | diverged | unknown: do the ranks end with the same weights?
     ranks: list
 
     def as_dict(self):
-        return {"verdict": self.verdict, "explanation": self.explanation,
+        return {"verdict": self.verdict, "explanation": self.explanation, "replicas": self.replicas,
                 "ranks": [asdict(r) for r in self.ranks]}
 
 
@@ -63,9 +86,28 @@ def is_corrupt_read(error_type: str, message: str) -> bool:
 def classify_load_error(error_type: str, message: str) -> str:
     if error_type == "FileNotFoundError":
         return "missing"
+    if _UNSAFE_TEXT in message:
+        return "unsafe"
     if is_corrupt_read(error_type, message):
         return "corrupt"
     return "error"
+
+
+def _never_came(events, how, rank) -> list:
+    """The ranks that never entered this kind of sync, which `rank` waited for."""
+    entered = {e["rank"] for e in events if e["event"] == "sync_enter" and e.get("how") == how}
+    ranks = {e["rank"] for e in events if e["event"] == "rank_start"}
+    return sorted(ranks - entered - {rank})
+
+
+def _timeout_detail(events, sync_error, rank) -> str:
+    how = sync_error.get("how", "sync")
+    if how == "file":
+        failed = _last(events, "save_error")
+        why = f" (rank 0's save failed: {failed['error_type']})" if failed else ""
+        return f"no checkpoint appeared within its wait{why}"
+    missing = _never_came(events, how, rank)
+    return f"{how}: waited for {_ranks(missing)}, which never came" if missing else f"{how}: timed out"
 
 
 def classify_rank(rank: int, events: list) -> RankOutcome:
@@ -74,15 +116,17 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
     launcher = [e for e in events if e["rank"] == "launcher"]
     written = saves(events)
     last_written = written[-1] if written else None
-    timings = rank_timings(mine, events)
+    final = _last(mine, "final")
+
+    def result(outcome, detail="", log=""):
+        return RankOutcome(rank, outcome, detail, rank_timings(mine, events), final["digest"] if final else "", log)
 
     done = _last(mine, "load_done")
     if done:
         if last_written and done["digest"] == last_written["digest"]:
-            return RankOutcome(rank, "loaded", "", timings)
+            return result("loaded")
         older = [s for s in written if s["digest"] == done["digest"]]
-        where = f"the epoch-{older[-1]['epoch']} save" if older else "a file this run never wrote"
-        return RankOutcome(rank, "stale", f"loaded {where}", timings)
+        return result("stale", f"loaded {'the epoch-%d save' % older[-1]['epoch'] if older else 'a file this run never wrote'}")
 
     failed = _last(mine, "load_error")
     if failed:
@@ -90,35 +134,40 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
         seen = (_last(mine, "load_attempt") or {}).get("bytes")
         if outcome == "error" and last_written and seen is not None and seen < last_written.get("bytes", 0):
             outcome = "corrupt"  # it read a file shorter than the finished checkpoint
-        return RankOutcome(rank, outcome, f"{failed['error_type']}: {short(failed['message'])}", timings)
-
-    polled = _last(mine, "poll_timeout")
-    if polled:
-        return RankOutcome(rank, "timeout", f"no checkpoint appeared within {polled['seconds']} s", timings)
+        return result(outcome, f"{failed['error_type']}: {short(failed['message'])}")
 
     failures = [e for e in launcher if e["event"] == "rank_failed"]
-    barrier = _last(mine, "barrier_error")
-    if barrier:
-        why = f"barrier: {barrier['error_type']}: {short(barrier['message'])}"
-        if barrier.get("timed_out"):
-            return RankOutcome(rank, "timeout", why, timings)
+    sync = _last(mine, "sync_error")
+    if sync:
+        if sync.get("timed_out"):
+            return result("timeout", _timeout_detail(events, sync, rank))
         peers = sorted({e["failed_rank"] for e in failures} - {rank})
-        if peers:  # its barrier broke because a peer died: the peer's failure, not its own
-            return RankOutcome(rank, "aborted", f"its barrier broke when {_ranks(peers)} died", timings)
+        if peers:  # its sync broke because a peer died: the peer's failure, not its own
+            return result("aborted", f"its {sync.get('how', 'sync')} broke when {_ranks(peers)} died")
         if _launch_status(launcher) == "interrupted":
-            return RankOutcome(rank, "aborted", "its barrier broke when the run was interrupted", timings)
-        return RankOutcome(rank, "error", why, timings)
+            return result("aborted", f"its {sync.get('how', 'sync')} broke when the run was interrupted")
+        return result("error", f"{sync.get('how', 'sync')}: {sync['error_type']}: {short(sync['message'])}")
 
+    skipped = _last(mine, "skip")
+    if skipped:
+        return result("skipped", skipped["reason"])
+    if _last(mine, "crash"):
+        return result("crashed", "it died where the scenario placed a crash (fault.crash_rank)")
     died = [e for e in failures if e["failed_rank"] == rank]
     if died:
-        return RankOutcome(rank, "error", died[-1].get("message") or f"exit code {died[-1]['exitcode']}", timings)
+        return result("error", died[-1].get("message") or f"exit code {died[-1]['exitcode']}",
+                      died[-1].get("log", ""))
     status = _launch_status(launcher)
     if status == "timeout":
-        return RankOutcome(rank, "timeout", "stopped by the launcher at timeout.run_s", timings)
-    if not _last(mine, "rank_end") and status in ("failed", "interrupted", None):
-        why = "after a peer failed" if status == "failed" else "on interrupt" if status == "interrupted" else ""
-        return RankOutcome(rank, "aborted", f"stopped by the launcher {why}".strip(), timings)
-    return RankOutcome(rank, "error", "ended without loading", timings)
+        return result("timeout", "stopped by the launcher at timeout.run_s")
+    if not _last(mine, "rank_end") and status in ("failed", "interrupted", "harness_error", None):
+        why = {"failed": "after a peer failed", "interrupted": "on interrupt"}.get(status, "")
+        return result("aborted", f"stopped by the launcher {why}".strip())
+    return result("error", "ended without loading")
+
+
+TIMED = ("fit_start", "train_end", "save_start", "save_end", "save_error", "sync_enter", "sync_exit", "sync_error",
+         "skip", "load_attempt", "load_done", "load_error", "final", "rank_end")
 
 
 def rank_timings(mine: list, events: list) -> dict:
@@ -126,16 +175,13 @@ def rank_timings(mine: list, events: list) -> dict:
     start = _last(events, "launch_start")
     t0 = start["t"] if start else min(e["t"] for e in events)
     out = {}
-    for name in ("fit_start", "train_end", "save_start", "save_end", "barrier_enter", "barrier_exit",
-                 "barrier_error", "poll_enter", "poll_exit", "poll_timeout", "load_attempt", "load_done",
-                 "load_error", "rank_end"):
+    for name in TIMED:
         e = _last(mine, name)
         if e:
             out[name] = round(e["t"] - t0, 3)
-    for kind, ends in (("barrier", ("barrier_exit", "barrier_error")), ("poll", ("poll_exit", "poll_timeout"))):
-        left = next((out[e] for e in ends if e in out), None)
-        if f"{kind}_enter" in out and left is not None:
-            out["wait"] = round(left - out[f"{kind}_enter"], 3)  # how long its sync held it
+    left = next((out[e] for e in ("sync_exit", "sync_error") if e in out), None)
+    if "sync_enter" in out and left is not None:
+        out["wait"] = round(left - out["sync_enter"], 3)  # how long its sync held it
     written = saves(events)
     attempt = _last(mine, "load_attempt")
     if written and attempt:
@@ -146,7 +192,7 @@ def rank_timings(mine: list, events: list) -> dict:
 
 def short(message: str) -> str:
     """The gist of an error message: no source-location prefix, first sentence only."""
-    message = re.sub(r"^\[[^\]]*\]\s*", "", message)
+    message = re.sub(r"^\[[^\]]*[/:][^\]]*\]\s*", "", message)  # e.g. "[../gloo/pair.cc:534] "
     return message.split(". ")[0][:120]
 
 
@@ -164,47 +210,80 @@ def _span(values):
     return f"{lo} s" if lo == hi else f"{lo}-{hi} s"
 
 
-def explain(outcomes: list, events: list) -> str:
+def replicas(outcomes: list) -> str:
+    digests = [o.final_digest for o in outcomes]
+    if not all(digests):
+        return "unknown"
+    return "agree" if len(set(digests)) == 1 else "diverged"
+
+
+def _diverged_part(outcomes) -> str:
+    by_digest = {}
+    for o in outcomes:
+        by_digest.setdefault(o.final_digest, []).append(o.rank)
+    groups = sorted(by_digest.values())
+    return "the replicas diverged: " + " vs ".join(_ranks(g) for g in groups) + " end with different weights"
+
+
+def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
     """One sentence on what happened, worst news first."""
     by = {}
     for o in outcomes:
         by.setdefault(o.outcome, []).append(o)
     written = saves(events)
     saver = f"rank {written[-1]['rank']}" if written else "the saving rank"
+    save_error = _last(events, "save_error")
+
+    if verdict == "interrupted":
+        sig = _last(events, "signal")
+        return f"interrupted: the run was stopped{' by ' + sig['name'] if sig else ''} before it ended; no verdict"
+    if verdict == "error":
+        launch_error = _last(events, "launch_error")
+        if launch_error:
+            return f"error: the launch failed ({launch_error['error_type']}: {launch_error['message']})"
+        failed = by.get("error", [])
+        where = lambda o: f"; traceback in {o.log}" if o.log else ""  # noqa: E731
+        return "error: " + "; ".join(f"rank {o.rank} failed ({o.detail}{where(o)})" for o in failed)
+    if verdict == "save_failed":
+        return (f"save_failed: rank 0's save failed ({save_error['error_type']}: {short(save_error['message'])}); "
+                "every rank agreed not to load and all hold the same weights")
 
     def early(group):
         leads = [-o.timings["load_after_save_end"] for o in group if "load_after_save_end" in o.timings]
         return leads if leads and min(leads) > 0 else None
 
-    def first_error(group):
-        return group[0].detail.split(":")[0] if group[0].detail else "error"
-
     parts = []
-    for name in ("missing", "corrupt", "stale"):
+    if save_error:
+        parts.append(f"rank 0's save failed ({save_error['error_type']}: {short(save_error['message'])})")
+    for name in ("missing", "corrupt", "unsafe", "stale"):
         group = by.get(name, [])
         if not group:
             continue
-        who = _ranks(o.rank for o in group)
         leads = early(group)
         what = {"missing": "tried to load", "corrupt": "read a partly written checkpoint",
+                "unsafe": "refused a checkpoint that holds code (weights_only=True)",
                 "stale": "loaded an older checkpoint"}[name]
         if name == "stale":
             what += f" ({group[0].detail.removeprefix('loaded ')})"
-        when = f" {_span(leads)} before {saver} finished saving" if leads else \
-            (" and no save finished" if not written else "")
-        why = f" ({first_error(group)})" if name != "stale" else ""
-        parts.append(f"{who} {what}{when}{why}")
+        when = f" {_span(leads)} before {saver} finished saving" if leads and name != "unsafe" else \
+            (" and no save finished" if not written and name == "missing" else "")
+        why = f" ({group[0].detail.split(':')[0]})" if name in ("missing", "corrupt") and group[0].detail else ""
+        parts.append(f"{_ranks(o.rank for o in group)} {what}{when}{why}")
+    if by.get("skipped"):
+        parts.append(f"{_ranks(o.rank for o in by['skipped'])} skipped the load ({by['skipped'][0].detail})")
     if by.get("timeout"):
         waits = [o.timings["wait"] for o in by["timeout"] if "wait" in o.timings]
         after = f" after {_span(waits)}" if waits else ""
         parts.append(f"{_ranks(o.rank for o in by['timeout'])} timed out{after} ({by['timeout'][0].detail})")
-    if by.get("error"):
-        parts.append("; ".join(f"rank {o.rank} failed ({o.detail})" for o in by["error"]))
+    if by.get("crashed"):
+        parts.append(f"{_ranks(o.rank for o in by['crashed'])} crashed on purpose")
     if by.get("aborted"):
         end = _last(events, "launch_end")
         why = "by an interrupt" if end and end["status"] == "interrupted" else "after a peer failed"
         parts.append(f"{_ranks(o.rank for o in by['aborted'])} stopped {why}")
-    if parts:
+    if agreement == "diverged":
+        parts.append(_diverged_part(outcomes))
+    if verdict == "race":
         return "race: " + "; ".join(parts)
 
     others = [o for o in outcomes if not written or o.rank != written[-1]["rank"]]
@@ -214,8 +293,22 @@ def explain(outcomes: list, events: list) -> str:
     return f"clean: every rank loaded the last checkpoint {saver} wrote{tail}"
 
 
+def decide(outcomes: list, events: list, status) -> str:
+    kinds = {o.outcome for o in outcomes}
+    if status == "interrupted":
+        return "interrupted"
+    if status == "harness_error" or "error" in kinds:
+        return "error"
+    if kinds == {"loaded"}:
+        return "clean"
+    if _last(events, "save_error") and kinds == {"skipped"} and replicas(outcomes) == "agree":
+        return "save_failed"
+    return "race"
+
+
 def judge(events: list, world_size: int) -> Verdict:
-    """The run's verdict: clean when every rank loaded the last checkpoint written, else race."""
+    """The run's verdict over every rank's outcome (see the module's docstring)."""
     outcomes = [classify_rank(r, events) for r in range(world_size)]
-    verdict = "clean" if all(o.outcome == "loaded" for o in outcomes) else "race"
-    return Verdict(verdict, explain(outcomes, events), outcomes)
+    verdict = decide(outcomes, events, _launch_status([e for e in events if e["rank"] == "launcher"]))
+    agreement = replicas(outcomes)
+    return Verdict(verdict, explain(outcomes, events, verdict, agreement), agreement, outcomes)

@@ -1,13 +1,24 @@
 """Check a composed config and decide device and backend, before any rank starts.
 
-Pure functions over plain data, so every rule is easy to test. A bad value raises
-ConfigError with one line that names the key and the value.
+Each key's own range is declared in train/config.py; the rules here tie keys together or hold
+the config against the machine. Pure functions over plain data: a bad value raises ConfigError
+with one line that names the key and the value.
 """
 from dataclasses import dataclass
 
+from train.config import ConfigError, check
 
-class ConfigError(ValueError):
-    pass
+RANKS_PER_CORE = 4  # more CPU ranks than this per core only with launch.oversubscribe=true
+RANK_MEMORY_MIB = 600  # what one CPU rank needs (torch, fastai, a small model), measured here: ~450 MiB
+FDS_PER_RANK = 16  # pipes, log files and sockets the launcher and a rank hold for each rank
+
+
+@dataclass(frozen=True)
+class Machine:
+    cpus: int
+    gpus: int
+    memory_mib: int  # available now
+    open_files: int  # the soft RLIMIT_NOFILE
 
 
 @dataclass(frozen=True)
@@ -15,14 +26,6 @@ class Plan:
     device: str  # cpu | cuda
     backend: str  # gloo | nccl
     reason: str  # why this device/backend, for the console and summary.json
-
-
-def _is_int(v):
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _bad(key, value, why):
@@ -35,44 +38,47 @@ def _require(ok, key, value, why):
 
 
 def check_config(cfg: dict) -> None:
-    """Raise ConfigError for the first bad value; device availability is checked in make_plan."""
+    """Raise ConfigError for the first bad value; the machine is checked in make_plan."""
+    check(cfg)
     ws = cfg["world_size"]
-    _require(_is_int(ws) and ws >= 1, "world_size", ws, "must be an integer >= 1")
-    ep = cfg["epochs"]
-    _require(_is_int(ep) and ep >= 1, "epochs", ep, "must be an integer >= 1 (the last epoch saves)")
-    _require(_is_number(cfg["lr"]) and cfg["lr"] > 0, "lr", cfg["lr"], "must be a number > 0")
-    _require(_is_int(cfg["seed"]), "seed", cfg["seed"], "must be an integer")
-    _require(_is_int(cfg["repeat"]) and cfg["repeat"] >= 0, "repeat", cfg["repeat"], "must be an integer >= 0")
-
-    skew = cfg["skew"]
-    _require(_is_number(skew["seconds"]) and skew["seconds"] >= 0, "skew.seconds", skew["seconds"],
-             "must be a number >= 0")
-    _require(_is_int(skew["rank"]) and 0 <= skew["rank"] < ws, "skew.rank", skew["rank"],
-             f"must be a rank in 0..{ws - 1} (world_size={ws})")
-    _require(skew["at"] in ("before_save", "mid_write"), "skew.at", skew["at"], "must be before_save or mid_write")
-    _require(skew["at"] != "mid_write" or skew["rank"] == 0, "skew.at", skew["at"],
-             f"stalls the writer, so it needs skew.rank=0 (the saving rank), not {skew['rank']}")
-    crash = cfg["crash_rank"]
-    _require(crash is None or (_is_int(crash) and 0 <= crash < ws), "crash_rank", crash,
-             f"must be null or a rank in 0..{ws - 1} (world_size={ws})")
-
-    for key in ("collective_s", "run_s"):
-        v = cfg["timeout"][key]
-        _require(_is_number(v) and v > 0, f"timeout.{key}", v, "must be a number of seconds > 0")
-
-    _require(cfg["device"] in ("auto", "cpu", "cuda"), "device", cfg["device"], "must be auto, cpu or cuda")
-    _require(cfg["backend"] in ("auto", "gloo", "nccl"), "backend", cfg["backend"], "must be auto, gloo or nccl")
-    _require(cfg["expect"] in (None, "race", "clean"), "expect", cfg["expect"], "must be null, race or clean")
-
-    _require(cfg["launch"]["start_method"] in ("spawn", "forkserver"), "launch.start_method",
-             cfg["launch"]["start_method"], "must be spawn or forkserver")
+    in_range = f"must be a rank in 0..{ws - 1} (world_size={ws})"
+    _require(cfg["skew"]["rank"] < ws, "skew.rank", cfg["skew"]["rank"], in_range)
+    crash = cfg["fault"]["crash_rank"]
+    _require(crash is None or crash < ws, "fault.crash_rank", crash, "must be null or a rank in "
+             f"0..{ws - 1} (world_size={ws})")
+    best = cfg["fault"]["best_epoch"]
+    _require(best is None or best < cfg["epochs"], "fault.best_epoch", best,
+             f"must be null, -1 or an epoch in 0..{cfg['epochs'] - 1} (epochs={cfg['epochs']})")
+    endpoint = cfg["rdzv"]["endpoint"]
+    host, _, port = endpoint.rpartition(":")
+    _require(host and port.isdigit() and int(port) < 65536, "rdzv.endpoint", endpoint, "must be HOST:PORT")
+    data = cfg["data"]
+    if "classes" in data:
+        _require(len(data["classes"]) == 2 and len(set(data["classes"])) == 2, "data.classes", data["classes"],
+                 "must be two different digits")
 
 
-def make_plan(cfg: dict, gpu_count: int) -> Plan:
-    """Check cfg, then pick device and backend for the ranks."""
+def _check_machine(cfg: dict, device: str, machine: Machine):
+    ws = cfg["world_size"]
+    if device == "cpu" and not cfg["launch"]["oversubscribe"]:
+        limit = RANKS_PER_CORE * machine.cpus
+        _require(ws <= limit, "world_size", ws, f"more than {RANKS_PER_CORE} CPU ranks per core: this machine has "
+                 f"{machine.cpus} core(s), so at most {limit}; launch.oversubscribe=true allows more")
+    if device == "cpu":
+        need = ws * RANK_MEMORY_MIB
+        _require(need <= machine.memory_mib, "world_size", ws, f"needs about {need} MiB for its ranks, "
+                 f"{machine.memory_mib} MiB available")
+    fds = (ws + 4) * FDS_PER_RANK
+    _require(fds <= machine.open_files, "world_size", ws, f"needs about {fds} open files, the limit is "
+             f"{machine.open_files} (ulimit -n)")
+
+
+def make_plan(cfg: dict, machine: Machine) -> Plan:
+    """Check cfg, then pick device and backend for the ranks and hold them against the machine."""
     check_config(cfg)
     ranks = cfg["world_size"]
     device, backend = cfg["device"], cfg["backend"]
+    gpu_count = machine.gpus
     enough = gpu_count >= ranks
 
     if device == "auto":
@@ -90,6 +96,7 @@ def make_plan(cfg: dict, gpu_count: int) -> Plan:
     if device == "cuda" and not enough:  # fastai/Accelerate put rank r on cuda:r
         key, value = ("backend", "nccl") if backend == "nccl" else ("device", "cuda")
         raise _bad(key, value, f"needs one GPU per rank: {ranks} ranks, {gpu_count} GPU(s) visible")
+    _check_machine(cfg, device, machine)
 
     if cfg["device"] == "auto" and cfg["backend"] == "auto":
         reason = (f"auto: {gpu_count} GPU(s) visible for {ranks} rank(s) -> "
@@ -97,3 +104,15 @@ def make_plan(cfg: dict, gpu_count: int) -> Plan:
     else:
         reason = f"asked for device={cfg['device']} backend={cfg['backend']} ({gpu_count} GPU(s) visible)"
     return Plan(device=device, backend=backend, reason=reason)
+
+
+def this_machine() -> Machine:
+    import os
+    import resource
+
+    import psutil
+    import torch
+
+    return Machine(cpus=os.cpu_count() or 1, gpus=torch.cuda.device_count(),
+                   memory_mib=psutil.virtual_memory().available // 2**20,
+                   open_files=resource.getrlimit(resource.RLIMIT_NOFILE)[0])

@@ -16,12 +16,14 @@ from pathlib import Path
 import yaml
 
 from train.events import read_events
+from train.matrix import write_matrix
 from train.outcomes import OUTCOMES, saves
 from train.summary import align
 
-FIELDS = ["job", "variant", "skew_s", "skew_rank", "world_size", "epochs", "seed", "repeat", "status",
-          "verdict", *(f"n_{o}" for o in OUTCOMES), "nonsaver_wait_s", "nonsaver_read_vs_save_end_s",
-          "wall_s"]
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+FIELDS = ["job", "scenario", "variant", "skew_s", "skew_rank", "world_size", "epochs", "seed", "repeat", "status",
+          "verdict", "replicas", *(f"n_{o}" for o in OUTCOMES), "nonsaver_wait_s",
+          "nonsaver_read_vs_save_end_s", "wall_s", "note"]
 
 
 def load_summary(run_dir) -> dict:
@@ -52,38 +54,44 @@ def run_row(root: Path, run: Path, events: list) -> dict:
     if summary_path.exists():
         s = json.loads(summary_path.read_text())
         cfg, status, verdict, ranks = s["config"], s["status"], s["verdict"], s["ranks"]
+        note = s["explanation"] if verdict == "n/a" else ""
     else:
         cfg = yaml.safe_load((run / ".hydra/config.yaml").read_text())
-        status, verdict, ranks = "crashed", "crashed", []
+        cfg["scenario"] = yaml.safe_load((run / ".hydra/hydra.yaml").read_text())["hydra"]["runtime"]["choices"] \
+            .get("scenario") if (run / ".hydra/hydra.yaml").exists() else None
+        status, verdict, ranks, note = "crashed", "crashed", [], ""
+        s = {}
     written = saves(events)
     saver = written[-1]["rank"] if written else 0
     others = [r["timings"] for r in ranks if r["rank"] != saver]
     ends = {e["event"]: e["t"] for e in events if e["rank"] == "launcher"}
     row = {
-        "job": str(run.relative_to(root)), "variant": cfg["callback"]["name"], "skew_s": cfg["skew"]["seconds"],
+        "job": str(run.relative_to(root)), "scenario": cfg.get("scenario") or "seed", "variant": cfg["callback"]["name"], "skew_s": cfg["skew"]["seconds"],
         "skew_rank": cfg["skew"]["rank"], "world_size": cfg["world_size"], "epochs": cfg["epochs"],
         "seed": cfg["seed"], "repeat": cfg.get("repeat", 0), "status": status, "verdict": verdict,
-        **{f"n_{o}": sum(r["outcome"] == o for r in ranks) for o in OUTCOMES},
+        "replicas": s.get("replicas", ""), **{f"n_{o}": sum(r["outcome"] == o for r in ranks) for o in OUTCOMES},
         "nonsaver_wait_s": _median([t["wait"] for t in others if "wait" in t]),
         "nonsaver_read_vs_save_end_s": _median([t["load_after_save_end"] for t in others
                                                 if "load_after_save_end" in t]),
         "wall_s": round(ends["launch_end"] - ends["launch_start"], 3)
-        if {"launch_start", "launch_end"} <= set(ends) else "",
+        if {"launch_start", "launch_end"} <= set(ends) else "", "note": note,
     }
     return row
 
 
 def aggregate(rows) -> list:
-    """Per (variant, world size, skew): runs, race rate, outcome counts, median waits."""
+    """Per (scenario, variant, world size, skew): runs, race rate, outcome counts, median waits."""
     groups = {}
     for row in rows:
-        groups.setdefault((row["variant"], row["world_size"], float(row["skew_s"])), []).append(row)
+        if row["verdict"] != "n/a":
+            groups.setdefault((row["scenario"], row["variant"], row["world_size"], float(row["skew_s"])),
+                              []).append(row)
     out = []
-    for (variant, ws, skew), group in sorted(groups.items()):
+    for (scenario, variant, ws, skew), group in sorted(groups.items()):
         done = [r for r in group if r["verdict"] != "crashed"]
         counts = {o: sum(r[f"n_{o}"] for r in done) for o in OUTCOMES}
         out.append({
-            "variant": variant, "world_size": ws, "skew_s": skew, "runs": len(group),
+            "scenario": scenario, "variant": variant, "world_size": ws, "skew_s": skew, "runs": len(group),
             "crashed": len(group) - len(done),
             "race_rate": sum(r["verdict"] == "race" for r in done) / len(done) if done else None,
             "outcomes": ", ".join(f"{o} {n}" for o, n in counts.items() if n),
@@ -95,31 +103,36 @@ def aggregate(rows) -> list:
 
 
 def markdown(groups) -> str:
-    lines = ["| variant | world size | skew (s) | runs | race rate | outcomes (all ranks) | "
+    lines = ["| scenario | variant | world size | skew (s) | runs | race rate | outcomes (all ranks) | "
              "median sync wait (s) | median read vs save end (s) |",
-             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+             "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     for g in groups:
         rate = "-" if g["race_rate"] is None else f"{g['race_rate']:.0%}"
         runs = f"{g['runs']}" + (f" ({g['crashed']} crashed)" if g["crashed"] else "")
-        lines.append(f"| {g['variant']} | {g['world_size']} | {g['skew_s']:g} | {runs} | {rate} | "
+        lines.append(f"| {g['scenario']} | {g['variant']} | {g['world_size']} | {g['skew_s']:g} | {runs} | {rate} | "
                      f"{g['outcomes'] or '-'} | {g['wait_s'] if g['wait_s'] != '' else '-'} | "
                      f"{g['read_s'] if g['read_s'] != '' else '-'} |")
     return "\n".join(lines)
 
 
-def plot_race_vs_skew(groups, path: Path):
+def plot_race_vs_skew(groups, path: Path) -> bool:
+    """Race rate against skew, a line per (scenario, variant, world size) swept over skews; False: none was."""
+    lines = {}
+    for g in groups:
+        if g["race_rate"] is not None:
+            lines.setdefault((g["scenario"], g["variant"], g["world_size"]), []).append((g["skew_s"], g["race_rate"]))
+    lines = {k: v for k, v in lines.items() if len(v) > 1}
+    if not lines:
+        path.unlink(missing_ok=True)
+        return False
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    lines = {}
-    for g in groups:
-        if g["race_rate"] is not None:
-            lines.setdefault((g["variant"], g["world_size"]), []).append((g["skew_s"], g["race_rate"]))
-    for (variant, ws), points in sorted(lines.items()):
+    for (scenario, variant, ws), points in sorted(lines.items()):
         xs, ys = zip(*sorted(points))
-        ax.plot(xs, ys, marker="o", label=f"{variant} (world size {ws})")
+        ax.plot(xs, ys, marker="o", label=f"{scenario}, {variant} (world size {ws})")
     ax.set(xlabel="skew: the saving rank's delay before the last save (s)", ylabel="race rate",
            ylim=(-0.05, 1.05), title="How often ranks failed to load the last checkpoint")
     ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
@@ -128,18 +141,19 @@ def plot_race_vs_skew(groups, path: Path):
     fig.tight_layout()
     fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)
+    return True
 
 
 PHASES = [  # (label, start event, end events, colour), drawn in this order
     ("start-up", "rank_start", ("fit_start",), "#d9d9d9"),
     ("training", "fit_start", ("train_end", "crash"), "#9ecae1"),
-    ("skew sleep", "skew_start", ("skew_end",), "#bdbdbd"),
-    ("saving", "save_start", ("save_end",), "#3182bd"),
-    ("barrier wait", "barrier_enter", ("barrier_exit", "barrier_error"), "#fd8d3c"),
-    ("polling", "poll_enter", ("poll_exit", "poll_timeout"), "#fdd0a2"),
+    ("saving", "save_start", ("save_end", "save_error"), "#3182bd"),
+    ("stall (skew)", "skew_start", ("skew_end",), "#969696"),
+    ("sync wait", "sync_enter", ("sync_exit", "sync_error"), "#fd8d3c"),
+    ("read delay", "read_delay_start", ("read_delay_end",), "#fdd0a2"),
     ("loading", "load_attempt", ("load_done", "load_error"), "#31a354"),
 ]
-FAILURES = ("load_error", "barrier_error", "poll_timeout", "crash")
+FAILURES = ("load_error", "sync_error", "save_error", "crash")
 
 
 def plot_timeline(run: Path, events: list, path: Path):
@@ -178,7 +192,8 @@ def plot_timeline(run: Path, events: list, path: Path):
     ax.set_xlim(0, end * 1.12)
     ax.set_xlabel("seconds since launch (dashed: the last save ended)")
     cfg = summary["config"]
-    ax.set_title(f"{cfg['callback']['name']}, skew {cfg['skew']['seconds']:g} s on rank {cfg['skew']['rank']}: "
+    ax.set_title(f"{cfg.get('scenario') or 'seed'} x {cfg['callback']['name']}, skew {cfg['skew']['seconds']:g} s "
+                 f"on rank {cfg['skew']['rank']}: "
                  f"{summary['verdict']}\n" + textwrap.shorten(summary["explanation"], 110), fontsize=9)
     handles = [Patch(color=c, label=label) for label, _, _, c in PHASES]
     handles.append(plt.Line2D([], [], marker="X", color="#d62728", linestyle="none", label="failure"))
@@ -205,17 +220,21 @@ def write_report(root) -> str:
     (root / "report.md").write_text(f"# Report: {root.name}\n\n{len(rows)} runs.\n\n{table}\n\n"
                                     "race rate: the share of runs where some rank did not load the last "
                                     "checkpoint. Read vs save end: when the non-saving ranks started reading, "
-                                    "relative to the end of the last save (negative: too early).\n\n"
-                                    "![race rate against skew](race_vs_skew.png)\n")
-    plot_race_vs_skew(groups, root / "race_vs_skew.png")
+                                    "relative to the end of the last save (negative: too early).\n")
+    if plot_race_vs_skew(groups, root / "race_vs_skew.png"):
+        (root / "report.md").write_text((root / "report.md").read_text() +
+                                        "\n![race rate against skew](race_vs_skew.png)\n")
     for run, row in zip(runs, rows):
-        if row["verdict"] != "crashed":
+        if row["verdict"] not in ("crashed", "n/a"):
             plot_timeline(run, events[run], run / "timeline.png")
-    return f"{table}\n\nreport: {root / 'report.md'}"
+    out = f"{table}\n\nreport: {root / 'report.md'}"
+    if len({(r["scenario"], r["variant"]) for r in rows}) > 1:
+        out += f"\n\n{write_matrix(root, rows, CONFIGS)}\n\nmatrix: {root / 'matrix.md'}, {root / 'matrix.png'}"
+    return out
 
 
 def skew_cell(skew: dict) -> str:
-    where = " mid-write" if skew.get("at") == "mid_write" else ""
+    where = f" + rank 0: {skew['mid_write_s']} s mid-write" if skew.get("mid_write_s") else ""
     return f"rank {skew['rank']}: {skew['seconds']} s{where}"
 
 

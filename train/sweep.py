@@ -37,7 +37,7 @@ class SweepProgress(Callback):
         self.ended += 1
         ok = job_return.status == JobStatus.COMPLETED
         status = job_return.return_value if ok else "crashed"
-        if status != "ok":
+        if status not in ("ok", "n/a"):
             self.failed.append(f"job {config.hydra.job.num + 1} ({' '.join(config.hydra.overrides.task)}): {status}")
         if self.ended == self.total:  # here, not on_multirun_end, which Hydra skips when a job raised
             self.finish()

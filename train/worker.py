@@ -5,6 +5,7 @@ MASTER_ADDR and MASTER_PORT. Every step lands in events/rank<N>.jsonl.
 """
 import os
 import socket
+import time
 from datetime import timedelta
 
 import fastai.callback.progress  # noqa: F401  (adds Learner.no_bar)
@@ -18,9 +19,11 @@ from fastai.metrics import accuracy
 from fastai.torch_core import set_seed
 from hydra.utils import get_class
 
+from train.callbacks import say
 from train.data import CHANNELS, make_dls
 from train.events import EventLog
 from train.fastai_gloo import distrib_ctx
+from train.faults import Faults
 
 
 def epoch_table(learn):
@@ -55,15 +58,24 @@ def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
                     loss_func=CrossEntropyLossFlat(), metrics=accuracy,
                     path=run_dir, model_dir=cfg["checkpoint"]["dir"])
     save_model_cb = get_class(cfg["callback"]["_target_"])(
-        events, fname=cfg["checkpoint"]["name"],
-        skew_rank=cfg["skew"]["rank"], skew_seconds=cfg["skew"]["seconds"], skew_at=cfg["skew"]["at"],
-        keep_existing=cfg["checkpoint"]["keep_existing"], early_saves=cfg["checkpoint"]["early_saves"],
-        crash_rank=cfg["crash_rank"], sync_timeout_s=cfg["timeout"]["collective_s"])
+        events, Faults(cfg, events, say), cfg["checkpoint"], timeout_s=cfg["timeout"]["collective_s"])
 
     learn.logger = epoch_table(learn)
     with distrib_ctx(learn, plan["device"], plan["backend"]), learn.no_bar():
         learn.fit_one_cycle(cfg["epochs"], cfg["lr"], cbs=save_model_cb)
 
+    wait_for_every_rank(cfg["world_size"], cfg["timeout"]["collective_s"] + 10)
     events.record("rank_end")
     dist.destroy_process_group()
     return {"rank": rank, "pid": os.getpid()}
+
+
+def wait_for_every_rank(world_size: int, timeout_s: float):
+    """No rank leaves before every rank is done with the checkpoint: a rank that went its own way
+    (scenario=disagree) would otherwise close its connections and turn a peer's hang into an error.
+    Counted on the rendezvous store, not with a collective, which could pair with a peer's barrier."""
+    store = dist.distributed_c10d._get_default_store()
+    store.add("race-lab/done", 1)
+    deadline = time.monotonic() + timeout_s
+    while store.add("race-lab/done", 0) < world_size and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -1,0 +1,275 @@
+"""The config schema: every key, its type, default, allowed range and meaning, declared once.
+
+Hydra composes `configs/train.yaml` on top of `TrainConfig` (registered below as `train_schema`),
+so a key that is not declared here, or a value of the wrong type, is refused while composing.
+`check()` then enforces the ranges; rules that tie keys together live in train/plan.py.
+README's key table is made from this module: `python -m train.config` prints it.
+"""
+import math
+import sys
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from typing import Any, Dict, List, Optional, get_args, get_origin
+
+from hydra.core.config_store import ConfigStore
+
+
+def key(default, doc, *, min=None, above=None, max=None, choices=None):
+    """A config key: its default, one line on its meaning, and its allowed values."""
+    meta = {"doc": doc, "min": min, "above": above, "max": max, "choices": choices}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def group(cls, doc):
+    return field(default_factory=cls, metadata={"doc": doc})
+
+
+@dataclass
+class SkewConfig:
+    rank: int = key(0, "the late rank", min=0)
+    seconds: float = key(3.0, "how long it stalls right before its last save", min=0)
+    mid_write_s: float = key(0.0, "rank 0 also stalls this long halfway through writing the last checkpoint (torn)",
+                             min=0)
+
+
+@dataclass
+class FaultConfig:
+    read_delay_s: float = key(0.0, "every rank but rank 0 pauses this long at the start of its load (torn)", min=0)
+    crash_rank: Optional[int] = key(None, "this rank dies where its last save would start", min=0)
+    save_error: Optional[str] = key(None, "rank 0's last save raises this OSError inside torch.save (save_fails)",
+                                    choices=["ENOSPC", "EIO", "EROFS"])
+    misdetect_rank: bool = key(False, "at the last save every process believes it is rank 0, as when RANK and "
+                                      "WORLD_SIZE are unset (many_writers)")
+    best_epoch: Optional[int] = key(None, "shape the monitored metric so this epoch is the best, -1 the last "
+                                          "(skip_if_missing, stale)", min=-1)
+
+
+@dataclass
+class CheckpointConfig:
+    name: str = key("best", "the file is <dir>/<name>.pth")
+    dir: str = key("${hydra:runtime.output_dir}/models", "where rank 0 writes it")
+    keep_existing: bool = key(False, "keep a checkpoint left in dir by an earlier run (else rank 0 removes it)")
+    early_saves: bool = key(False, "also save on improvement before the last epoch, so an older file is there (stale)")
+    guard: str = key("none", "a local exists() check that guards the load (fastai v1) or the sync and the load "
+                             "(transformers#40923)", choices=["none", "load", "sync"])
+
+
+@dataclass
+class TimeoutConfig:
+    collective_s: float = key(60.0, "a barrier, collective or wait longer than this fails (outcome: timeout)",
+                              above=0)
+    run_s: float = key(900.0, "the launcher stops every rank of a run that lasts longer", above=0)
+
+
+@dataclass
+class LaunchConfig:
+    start_method: str = key("forkserver", "forkserver: ranks fork from a process that imported fastai once; "
+                                          "spawn: each starts afresh", choices=["forkserver", "spawn"])
+    oversubscribe: bool = key(False, "allow more than 4 CPU ranks per core")
+
+
+@dataclass
+class RdzvConfig:
+    endpoint: str = key("localhost:0", "torchrun's --rdzv-endpoint: HOST:PORT of the c10d rendezvous; port 0 takes a "
+                                       "free one")
+    id: str = key("race", "torchrun's --rdzv-id: the run's name at the rendezvous")
+
+
+@dataclass
+class CallbackConfig:
+    name: str = key("???", "the fix, from configs/callback/")  # ???: set by the group
+    _target_: str = key("???", "its class in train/callbacks.py")
+
+
+@dataclass
+class DigitsData:
+    name: str = key("digits", "scikit-learn's bundled 8x8 digits (offline), a stand-in for MNIST_SAMPLE")
+    classes: List[int] = key([3, 7], "the two digits to tell apart", min=0, max=9)
+    valid_pct: float = key(0.2, "share of images held out for validation", above=0, max=0.9)
+    batch_size: int = key(16, "images per batch on each rank", min=1)
+
+
+@dataclass
+class MnistSampleData:
+    name: str = key("mnist_sample", "fastai's MNIST_SAMPLE (3 vs 7, 28x28), as in the seed; needs a download")
+    url: str = key("https://s3.amazonaws.com/fast-ai-sample/mnist_sample.tgz", "where untar_data fetches it")
+    cache: str = key("${oc.env:FASTAI_HOME,'~/.fastai'}/data/mnist_sample", "where untar_data keeps it; there: "
+                                                                            "no download")
+    batch_size: int = key(64, "images per batch on each rank", min=1)
+
+
+DATA = {"digits": DigitsData, "mnist_sample": MnistSampleData}
+
+
+@dataclass
+class TrainConfig:
+    world_size: int = key(3, "ranks in all", min=1)
+    epochs: int = key(3, "epochs; the last one always saves", min=1)
+    lr: float = key(1e-2, "fit_one_cycle's learning rate", above=0)
+    seed: int = key(42, "data split and weights", min=0)
+    repeat: int = key(0, "a label for repeats of one point: -m repeat=range(5) measures a race rate", min=0)
+    expect: Optional[str] = key(None, "exit 1 unless the verdict is this",
+                                choices=["clean", "race", "save_failed", "error"])
+    device: str = key("auto", "auto: cuda when at least world_size GPUs are visible, else cpu",
+                      choices=["auto", "cpu", "cuda"])
+    backend: str = key("auto", "auto: nccl on cuda, gloo on cpu", choices=["auto", "gloo", "nccl"])
+    not_for: Dict[str, str] = key({}, "fixes this scenario does not apply to, each with the reason (set by "
+                                      "scenarios)")
+    skew: SkewConfig = group(SkewConfig, "who is late at the last save, and how")
+    fault: FaultConfig = group(FaultConfig, "faults placed on purpose at named points (train/faults.py)")
+    checkpoint: CheckpointConfig = group(CheckpointConfig, "the file under test")
+    timeout: TimeoutConfig = group(TimeoutConfig, "no wait lasts longer")
+    launch: LaunchConfig = group(LaunchConfig, "how the ranks start")
+    rdzv: RdzvConfig = group(RdzvConfig, "where the ranks meet")
+    callback: CallbackConfig = field(default_factory=CallbackConfig, metadata={"doc": "the fix (a config group)"})
+    data: Any = field(default="???", metadata={"doc": "the data set (a config group)"})  # ???: set by the group
+
+
+def register():
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    for name, cls in DATA.items():
+        cs.store(group="data", name=name, node=cls)
+
+
+register()
+
+
+# --- checking values ------------------------------------------------------------------------------------
+
+class ConfigError(ValueError):
+    """A bad value; its text is one line that names the key and the value."""
+
+
+def _kind(tp):
+    """(python types accepted, words for the message, element type for lists)."""
+    if get_origin(tp) is list:
+        return list, "a list", get_args(tp)[0]
+    if get_origin(tp) is dict:
+        return dict, "a mapping", None
+    args = [a for a in get_args(tp) if a is not type(None)]
+    base = args[0] if args else tp
+    return {int: (int, "an integer", None), float: ((int, float), "a finite number", None),
+            str: (str, "a string", None), bool: (bool, "true or false", None)}[base]
+
+
+def describe(meta: dict, tp) -> str:
+    """'must be ...' for a key, from its schema entry."""
+    _, words, item = _kind(tp)
+    if meta.get("choices"):
+        text = "one of " + ", ".join(meta["choices"])
+    else:
+        if item is not None:
+            words = f"a list of {_kind(item)[1].removeprefix('an ').removeprefix('a ')}s"
+        bounds = [f">= {meta['min']}" if meta.get("min") is not None else "",
+                  f"> {meta['above']}" if meta.get("above") is not None else "",
+                  f"<= {meta['max']}" if meta.get("max") is not None else ""]
+        text = " ".join([words, " and ".join(b for b in bounds if b)]).strip()
+    optional = type(None) in get_args(tp)
+    return ("null or " if optional else "") + text
+
+
+def _ok_scalar(value, tp, meta) -> bool:
+    accepted = _kind(tp)[0]
+    if isinstance(value, bool) and accepted is not bool:
+        return False
+    if not isinstance(value, accepted):
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    if meta.get("choices") and value not in meta["choices"]:
+        return False
+    if meta.get("min") is not None and value < meta["min"]:
+        return False
+    if meta.get("above") is not None and value <= meta["above"]:
+        return False
+    return meta.get("max") is None or value <= meta["max"]
+
+
+def _check_value(path, value, tp, meta):
+    if value is None and type(None) in get_args(tp):
+        return
+    accepted, _, item = _kind(tp)
+    if accepted is list:
+        ok = isinstance(value, list) and value and all(_ok_scalar(v, item, meta) for v in value)
+    elif accepted is dict:
+        ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+    else:
+        ok = _ok_scalar(value, tp, meta)
+    if not ok:
+        raise ConfigError(f"{path}={value!r}: must be {describe(meta, tp)}")
+
+
+def check(cfg: dict, schema=TrainConfig, prefix="") -> None:
+    """Raise ConfigError for the first value outside its declared range (types included)."""
+    for f in fields(schema):
+        path = prefix + f.name
+        if f.name not in cfg:
+            raise ConfigError(f"{path}: missing")
+        value = cfg[f.name]
+        if f.name == "data":
+            if not isinstance(value, dict) or value.get("name") not in DATA:
+                raise ConfigError(f"data={value!r}: must be one of {', '.join(DATA)}")
+            check(value, DATA[value["name"]], "data.")
+        elif is_dataclass(f.type):
+            check(value, f.type, path + ".")
+        elif f.name not in ("name", "_target_") or schema is not CallbackConfig:
+            _check_value(path, value, f.type, f.metadata)
+    unknown = sorted(set(cfg) - {f.name for f in fields(schema)})
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}: not a key of this config")
+
+
+def lookup(dotted: str):
+    """The schema entry (field) of a dotted key, e.g. 'skew.seconds', or None."""
+    head, _, rest = dotted.partition(".")
+    if head == "data":  # the group's options share their keys' meaning
+        return next((f for cls in DATA.values() for f in fields(cls) if f.name == rest), None)
+    schema, entry = TrainConfig, None
+    for part in dotted.split("."):
+        if schema is None or not is_dataclass(schema):
+            return None
+        entry = next((f for f in fields(schema) if f.name == part), None)
+        if entry is None:
+            return None
+        schema = entry.type if is_dataclass(entry.type) else None
+    return entry
+
+
+# --- the README table -------------------------------------------------------------------------------
+
+def _default_text(f) -> str:
+    default = f.default_factory() if f.default_factory is not MISSING else f.default
+    if default is MISSING:
+        return "(group)"
+    if default is None:
+        return "null"
+    if isinstance(default, bool):
+        return str(default).lower()
+    return f"`{default}`" if isinstance(default, str) else str(default)
+
+
+def rows(schema=TrainConfig, prefix="", note=""):
+    for f in fields(schema):
+        if schema is TrainConfig and f.name in ("callback", "data"):
+            continue
+        if is_dataclass(f.type):
+            yield from rows(f.type, prefix + f.name + ".")
+            continue
+        meta = f.metadata
+        plain_string = meta.get("choices") is None and _kind(f.type)[1] == "a string"
+        allowed = "" if plain_string or f.name == "name" else f" ({describe(meta, f.type)})"
+        yield f"| `{prefix}{f.name}` | {_default_text(f)} | {note}{meta['doc']}{allowed} |"
+    if schema is TrainConfig:
+        for name, cls in DATA.items():
+            yield from rows(cls, "data.", note=f"data={name}: ")
+
+
+def markdown_table() -> str:
+    lines = ["| key | default | meaning (allowed values) |", "| --- | --- | --- |", *rows()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown_table())

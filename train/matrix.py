@@ -1,0 +1,139 @@
+"""The scenario x fix matrix of a sweep: matrix.csv, matrix.md and matrix.png.
+
+Rows are scenarios (what goes wrong), columns are fixes (callback variants). Each cell holds
+what every rank of every run of that pair ended up with: the runs, the share that raced, the
+dominant verdict and the dominant rank outcome. Built from report.py's rows (one per run).
+"""
+import csv
+from collections import Counter
+from pathlib import Path
+
+from train.outcomes import OUTCOMES
+
+SCENARIO_ORDER = ["seed", "stale", "torn", "skip_if_missing", "disagree", "save_fails", "many_writers",
+                  "no_shared_fs"]
+FIX_ORDER = ["unsynced", "barrier", "poll", "atomic", "agreed", "broadcast", "dcp", "save_on_each_node"]
+COLOURS = {"clean": "#a1d99b", "save_failed": "#9ecae1", "race": "#fc9272", "error": "#bdbdbd",
+           "interrupted": "#bdbdbd", "n/a": "#f0f0f0", "crashed": "#bdbdbd"}
+FIELDS = ["scenario", "fix", "runs", "race_rate", "verdict", "outcome", "replicas_diverged", "note"]
+
+
+def _order(names, preferred):
+    return sorted(names, key=lambda n: (preferred.index(n) if n in preferred else len(preferred), n))
+
+
+def cell(rows: list) -> dict:
+    """What one (scenario, fix) pair gave over its runs."""
+    ran = [r for r in rows if r["verdict"] != "n/a"]
+    if not ran:
+        return {"runs": 0, "race_rate": "", "verdict": "n/a", "outcome": "", "replicas_diverged": "",
+                "note": rows[0]["note"]}
+    verdicts = Counter(r["verdict"] for r in ran)
+    outcomes = Counter()
+    for r in ran:
+        outcomes.update({o: int(r[f"n_{o}"]) for o in OUTCOMES if int(r[f"n_{o}"] or 0)})
+    not_loaded = Counter({o: n for o, n in outcomes.items() if o != "loaded"}) or outcomes
+    # the two commonest outcomes, the worse first on a tie (OUTCOMES runs from good to bad)
+    top = sorted(not_loaded, key=lambda o: (-not_loaded[o], -OUTCOMES.index(o)))[:2]
+    return {"runs": len(ran), "race_rate": round(verdicts["race"] / len(ran), 3),
+            "verdict": verdicts.most_common(1)[0][0], "outcome": ", ".join(top),
+            "replicas_diverged": sum(r["replicas"] == "diverged" for r in ran), "note": ""}
+
+
+def build(rows: list) -> list:
+    pairs = {}
+    for r in rows:
+        pairs.setdefault((r["scenario"], r["variant"]), []).append(r)
+    out = []
+    for scenario in _order({s for s, _ in pairs}, SCENARIO_ORDER):
+        for fix in _order({f for _, f in pairs}, FIX_ORDER):
+            if (scenario, fix) in pairs:
+                out.append({"scenario": scenario, "fix": fix, **cell(pairs[(scenario, fix)])})
+    return out
+
+
+def label(c: dict) -> str:
+    if c["verdict"] == "n/a":
+        return "n/a"
+    text = f"{c['verdict']}" + (f" {c['race_rate']:.0%}" if c["verdict"] == "race" or c["race_rate"] else "")
+    text += f"\n{c['outcome']}" if c["outcome"] and c["outcome"] != "loaded" else ""
+    return text + ("\nreplicas diverged" if c["replicas_diverged"] * 2 > c["runs"] else "")
+
+
+def md_label(c: dict) -> str:
+    first, *rest = label(c).split("\n")
+    return f"**{first}**" + (f" ({'; '.join(rest)})" if rest else "")
+
+
+def markdown(cells: list, references: dict) -> str:
+    fixes = _order({c["fix"] for c in cells}, FIX_ORDER)
+    scenarios = _order({c["scenario"] for c in cells}, SCENARIO_ORDER)
+    by = {(c["scenario"], c["fix"]): c for c in cells}
+    lines = ["| scenario (reproduces) | " + " | ".join(fixes) + " |", "| --- |" + " --- |" * len(fixes)]
+    for s in scenarios:
+        ref = f" ({references[s]})" if references.get(s) else ""
+        row = [md_label(by[(s, f)]) if (s, f) in by else "" for f in fixes]
+        lines.append(f"| **{s}**{ref} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def plot(cells: list, path: Path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+
+    fixes = _order({c["fix"] for c in cells}, FIX_ORDER)
+    scenarios = _order({c["scenario"] for c in cells}, SCENARIO_ORDER)
+    by = {(c["scenario"], c["fix"]): c for c in cells}
+    fig, ax = plt.subplots(figsize=(1.5 + 1.45 * len(fixes), 1.2 + 0.7 * len(scenarios)))
+    for y, s in enumerate(scenarios):
+        for x, f in enumerate(fixes):
+            c = by.get((s, f))
+            if c is None:
+                continue
+            ax.add_patch(Rectangle((x, y), 1, 1, facecolor=COLOURS.get(c["verdict"], "#ffffff"), edgecolor="white",
+                                   linewidth=2))
+            ax.text(x + 0.5, y + 0.5, label(c), ha="center", va="center", fontsize=8)
+    ax.set_xlim(0, len(fixes))
+    ax.set_ylim(len(scenarios), 0)
+    ax.set_xticks([i + 0.5 for i in range(len(fixes))], fixes)
+    ax.set_yticks([i + 0.5 for i in range(len(scenarios))], scenarios)
+    ax.xaxis.tick_top()
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    present = [v for v in COLOURS if v in {c["verdict"] for c in cells}]
+    fig.legend(handles=[Patch(color=COLOURS[v], label=v) for v in present], loc="lower center",
+               ncol=len(present), fontsize=8, frameon=False)
+    fig.suptitle("What every rank ended up with: scenario (what goes wrong) x fix", fontsize=10, y=0.995)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+def scenario_references(configs: Path) -> dict:
+    """Each scenario file's public report(s), from its opening comment: 'repo#number' mentions."""
+    import re
+
+    refs = {}
+    for f in sorted(configs.glob("scenario/*.yaml")):
+        comment = " ".join(line.lstrip("# ") for line in f.read_text().splitlines()[1:4] if line.startswith("#"))
+        found = re.findall(r"[\w.-]+#\d+", comment)
+        refs[f.stem] = ", ".join(dict.fromkeys(found))
+    return refs
+
+
+def write_matrix(root: Path, rows: list, configs: Path) -> str:
+    cells = build(rows)
+    with open(root / "matrix.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(cells)
+    table = markdown(cells, scenario_references(configs))
+    (root / "matrix.md").write_text(
+        f"# Scenario x fix: {root.name}\n\n{table}\n\nEach cell: the dominant verdict over its runs (with the share "
+        "of runs that raced), then the outcome most ranks had when not `loaded`. n/a: the fix does not apply to "
+        "that scenario (see the scenario's file).\n\n![matrix](matrix.png)\n")
+    plot(cells, root / "matrix.png")
+    return table
