@@ -109,6 +109,17 @@ def test_a_timeout_names_the_ranks_that_never_came_to_the_sync():
     assert "ranks 1, 2 skipped the load (no checkpoint file when it looked" in judge(events, 3).explanation
 
 
+def test_a_rank_that_comes_after_its_peer_stopped_waiting_is_aborted():
+    events = launch("ok", ev(1, 1, "sync_enter", how="barrier"),
+                    ev(4, 1, "sync_error", how="barrier", error_type="RuntimeError", message="Timed out", timed_out=True),
+                    ev(15, 0, "sync_enter", how="barrier"),
+                    ev(15.1, 0, "sync_error", how="barrier", error_type="RuntimeError",
+                       message="[../gloo/transport/tcp/pair.cc:561] Connection closed by peer", timed_out=False))
+    result = classify_rank(0, events)
+    assert (result.outcome, result.detail) == ("aborted", "its barrier broke: rank 1 had stopped waiting")
+    assert judge(events, 2).verdict == "race"
+
+
 def test_timeout_when_the_launcher_stopped_the_run_at_run_s():
     events = launch("timeout", ev(1, 1, "rank_start"), ev(9, 1, "sync_enter", how="barrier"))
     assert outcome(1, events) == "timeout"

@@ -106,7 +106,8 @@ class RaceSaveModelCallback(SaveModelCallback):
                            ddp=isinstance(self.learn.model, DistributedDataParallel))
 
     def remove_checkpoint(self):
-        self.checkpoint.unlink(missing_ok=True)
+        if self.checkpoint.exists():  # unlink fails on a read-only filesystem even when nothing is there
+            self.checkpoint.unlink()
 
     def after_epoch(self):
         values = self.recorder.values[-1]

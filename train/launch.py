@@ -264,10 +264,10 @@ def main(dict_cfg) -> str:
 
     if summary["status"] == "interrupted":
         sys.exit(EXIT_INTERRUPTED)
-    if summary["status"] == "harness_error":
+    if summary["verdict"] == "error":  # the harness failed, or a rank did outside the experiment
         if not in_sweep:
             sys.exit(EXIT_HARNESS)
-        return "crashed"
+        return "error"
     if cfg["expect"] and cfg["expect"] != summary["verdict"]:
         print(f"expected {cfg['expect']}, got {summary['verdict']}", file=sys.stderr)
         if not in_sweep:

@@ -146,6 +146,10 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
             return result("aborted", f"its {sync.get('how', 'sync')} broke when {_ranks(peers)} died")
         if _launch_status(launcher) == "interrupted":
             return result("aborted", f"its {sync.get('how', 'sync')} broke when the run was interrupted")
+        gave_up = sorted({e["rank"] for e in events if e["event"] == "sync_error" and e.get("timed_out")
+                          and e["t"] <= sync["t"]} - {rank})
+        if gave_up:  # it came late, after its peers had stopped waiting
+            return result("aborted", f"its {sync.get('how', 'sync')} broke: {_ranks(gave_up)} had stopped waiting")
         return result("error", f"{sync.get('how', 'sync')}: {sync['error_type']}: {short(sync['message'])}")
 
     skipped = _last(mine, "skip")

@@ -1,0 +1,110 @@
+"""The scenario x fix matrix, end to end: `make matrix` runs every scenario against every fix with real
+gloo ranks, and every cell it shows is asserted here."""
+import csv
+import json
+import subprocess
+
+import pytest
+from PIL import Image
+
+from conftest import ROOT, processes_tagged, tagged_env
+
+R, C, SF, NA = "race", "clean", "save_failed", "n/a"
+FIXES = ["unsynced", "barrier", "poll", "atomic", "agreed", "broadcast", "dcp"]
+# scenario -> one (verdict, dominant outcomes) per fix, in FIXES' order
+EXPECTED = {
+    "seed": [(R, "missing"), (C, ""), (C, ""), (C, ""), (C, ""), (C, ""), (C, "")],
+    "stale": [(R, "stale"), (C, ""), (R, "stale"), (R, "stale"), (C, ""), (C, ""), (C, "")],
+    "torn": [(R, "corrupt"), (C, ""), (R, "corrupt"), (C, ""), (C, ""), (C, ""), (NA, "")],
+    "skip_if_missing": [(R, "skipped"), (R, "timeout, skipped"), (C, ""), (C, ""), (C, ""), (R, "timeout, skipped"),
+                        (C, "")],
+    "disagree": [(R, "skipped"), (R, "timeout, skipped"), (R, "skipped"), (R, "skipped"), (C, ""),
+                 (R, "timeout, skipped"), (C, "")],
+    "save_fails": [(R, "corrupt, missing"), (R, "corrupt"), (R, "corrupt"), (R, "timeout"), (SF, "skipped"),
+                   (R, "corrupt"), (NA, "")],
+    "many_writers": [(R, "corrupt"), (R, "corrupt"), (R, "corrupt"), (C, ""), (C, ""), (C, ""), (C, "")],
+}
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory):
+    sweep = tmp_path_factory.mktemp("matrix") / "sweep"
+    proc = subprocess.run(["make", "-s", "matrix", f"DIR={sweep}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=1800, env=tagged_env(str(sweep)))
+    return proc, sweep
+
+
+def summaries(sweep):
+    out = {}
+    for path in sweep.glob("*/summary.json"):
+        s = json.loads(path.read_text())
+        out[(s["config"]["scenario"], s["config"]["callback"]["name"])] = s
+    return out
+
+
+@pytest.mark.slow
+def test_make_matrix_gives_every_cell_and_leaves_nothing_running(matrix):
+    proc, sweep = matrix
+    assert proc.returncode == 0, proc.stderr[-3000:]  # n/a pairs are not failures
+    assert not processes_tagged(str(sweep))
+    with open(sweep / "matrix.csv", newline="") as f:
+        cells = {(r["scenario"], r["fix"]): r for r in csv.DictReader(f)}
+    assert len(cells) == len(EXPECTED) * len(FIXES)
+    for scenario, row in EXPECTED.items():
+        for fix, (verdict, outcome) in zip(FIXES, row):
+            cell = cells[(scenario, fix)]
+            assert (cell["verdict"], cell["outcome"] if verdict != C else "") == (verdict, outcome), \
+                f"{scenario} x {fix}: {cell}"
+            if verdict == C:
+                assert cell["outcome"] == "loaded"
+            if verdict != NA:
+                assert cell["runs"] == "1" and cell["race_rate"] == ("1.0" if verdict == R else "0.0")
+
+    md = (sweep / "matrix.md").read_text()
+    assert "| **disagree** (transformers#40923, Lightning#5155) |" in md
+    assert "| **torn** (Lightning#688, Lightning#19970) |" in md and "**n/a**" in md
+    png = sweep / "matrix.png"
+    with Image.open(png) as im:
+        im.verify()
+        assert im.size[0] > 800 and im.size[1] > 400
+
+
+@pytest.mark.slow
+def test_matrix_cells_say_what_each_rank_ended_with(matrix):
+    _, sweep = matrix
+    runs = summaries(sweep)
+
+    # skip_if_missing: the rank that skipped keeps its own weights; rank 0 loaded the best (epoch 0)
+    s = runs[("skip_if_missing", "unsynced")]
+    assert [r["outcome"] for r in s["ranks"]] == ["loaded", "skipped"]
+    assert s["replicas"] == "diverged" and s["ranks"][0]["final_digest"] != s["ranks"][1]["final_digest"]
+    assert "the replicas diverged" in s["explanation"]
+    assert runs[("skip_if_missing", "agreed")]["replicas"] == "agree"
+
+    # disagree: the guarded barrier ends by the configured timeout and names the rank that never came
+    s = runs[("disagree", "barrier")]
+    rank0 = s["ranks"][0]
+    assert rank0["outcome"] == "timeout"
+    assert rank0["detail"] == "barrier: waited for rank 1, which never came"
+    assert s["config"]["timeout"]["collective_s"] - 1 < rank0["timings"]["wait"] < \
+        s["config"]["timeout"]["collective_s"] + 10
+
+    # save_fails: agreed says so, and every rank ends with the same weights
+    s = runs[("save_fails", "agreed")]
+    assert s["verdict"] == "save_failed" and s["replicas"] == "agree"
+    assert len({r["final_digest"] for r in s["ranks"]}) == 1
+    assert "rank 0's save failed (OSError: [Errno 28] No space left on device)" in s["explanation"]
+    barrier = runs[("save_fails", "barrier")]
+    assert barrier["verdict"] == "race"
+    assert max(r["timings"].get("rank_end", 0) for r in barrier["ranks"]) < \
+        barrier["config"]["timeout"]["collective_s"] + 30
+
+    # many_writers: every process wrote, because each believed it was rank 0
+    written = [json.loads(line) for line in (sweep.glob("*-many_writers-unsynced-*/events/rank1.jsonl").__next__())
+               .read_text().splitlines()]
+    assert any(e["event"] == "save_end" for e in written)
+
+    # n/a pairs are recorded with their reason, not run
+    s = runs[("torn", "dcp")]
+    assert s["status"] == "n/a" and "torch.distributed.checkpoint writes its own files" in s["explanation"]
+    assert not (sweep / next(p.name for p in sweep.iterdir() if "torn-dcp" in p.name) / "events").exists()
