@@ -56,6 +56,10 @@ class LoadFailedOnRank0(Exception):
         self.error_type = error_type
 
 
+def local_rank() -> int:
+    return int(os.environ["LOCAL_RANK"])
+
+
 def say(text):
     """A console line with the time and the real rank, like the seed's log."""
     print(f"{datetime.now():%H:%M:%S.%f}"[:-3] + f" rank {dist.get_rank()}: {text}", flush=True)
@@ -100,14 +104,14 @@ class RaceSaveModelCallback(SaveModelCallback):
 
     def before_fit(self):
         super().before_fit()
-        if not self.keep_existing and dist.get_rank() == 0:
+        if not self.keep_existing and local_rank() == 0:  # each node its own folder, where that is node-local
             self.remove_checkpoint()
         self.events.record("fit_start", train_batches=len(self.dls.train),
                            ddp=isinstance(self.learn.model, DistributedDataParallel))
 
     def remove_checkpoint(self):
         if self.checkpoint.exists():  # unlink fails on a read-only filesystem even when nothing is there
-            self.checkpoint.unlink()
+            self.checkpoint.unlink(missing_ok=True)
 
     def after_epoch(self):
         values = self.recorder.values[-1]
@@ -222,6 +226,14 @@ class BarrierSaveModelCallback(RaceSaveModelCallback):
             self.learn.load(self.fname, with_opt=False, weights_only=True)
         finally:
             fastai.learner.distrib_barrier = barrier
+
+
+class SaveOnEachNodeSaveModelCallback(BarrierSaveModelCallback):
+    """Each node's local rank 0 writes a copy, then fastai's Learner.load with its barrier (transformers'
+    save_on_each_node, #12421): every node's own disk holds the checkpoint."""
+
+    def is_writer(self):
+        return local_rank() == 0
 
 
 class PollSaveModelCallback(RaceSaveModelCallback):

@@ -51,6 +51,8 @@ class CheckpointConfig:
     dir: str = key("${hydra:runtime.output_dir}/models", "where rank 0 writes it")
     keep_existing: bool = key(False, "keep a checkpoint left in dir by an earlier run (else rank 0 removes it)")
     early_saves: bool = key(False, "also save on improvement before the last epoch, so an older file is there (stale)")
+    node_local: bool = key(False, "each node keeps its checkpoints in its own folder, <dir>/node<K>, standing for "
+                                  "its own disk (no shared filesystem)")
     guard: str = key("none", "a local exists() check that guards the load (fastai v1) or the sync and the load "
                              "(transformers#40923)", choices=["none", "load", "sync"])
 
@@ -67,13 +69,16 @@ class LaunchConfig:
     start_method: str = key("forkserver", "forkserver: ranks fork from a process that imported fastai once; "
                                           "spawn: each starts afresh", choices=["forkserver", "spawn"])
     oversubscribe: bool = key(False, "allow more than 4 CPU ranks per core")
+    all_nodes_here: bool = key(False, "start every node's agent on this host, over loopback, standing in for nnodes "
+                                      "machines; their records land in one run dir")
 
 
 @dataclass
 class RdzvConfig:
     endpoint: str = key("localhost:0", "torchrun's --rdzv-endpoint: HOST:PORT of the c10d rendezvous; port 0 takes a "
                                        "free one")
-    id: str = key("race", "torchrun's --rdzv-id: the run's name at the rendezvous")
+    id: str = key("auto", "torchrun's --rdzv-id: the run's name at the rendezvous; auto: a new one for each run "
+                          "(give every node the same one when nnodes > 1)")
 
 
 @dataclass
@@ -104,7 +109,9 @@ DATA = {"digits": DigitsData, "mnist_sample": MnistSampleData}
 
 @dataclass
 class TrainConfig:
-    world_size: int = key(3, "ranks in all", min=1)
+    world_size: int = key(3, "ranks in all, over every node", min=1)
+    nnodes: int = key(1, "torchrun's --nnodes: the machines the ranks are spread over, world_size/nnodes each", min=1)
+    node_rank: int = key(0, "torchrun's --node-rank: which of them this launcher is", min=0)
     epochs: int = key(3, "epochs; the last one always saves", min=1)
     lr: float = key(1e-2, "fit_one_cycle's learning rate", above=0)
     seed: int = key(42, "data split and weights", min=0)

@@ -17,10 +17,10 @@ def events_dir(run_dir) -> Path:
 
 
 class EventLog:
-    def __init__(self, run_dir, rank):
-        """rank: an int for a rank, or LAUNCHER."""
+    def __init__(self, run_dir, rank, name=None):
+        """rank: an int for a rank, or LAUNCHER; name: the file's, if not rank<N> or launcher."""
         self.rank = rank
-        name = f"rank{rank}" if rank != LAUNCHER else LAUNCHER
+        name = name or (f"rank{rank}" if rank != LAUNCHER else LAUNCHER)
         path = events_dir(run_dir) / f"{name}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")

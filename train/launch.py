@@ -13,6 +13,7 @@ import socket
 import sys
 import threading
 import traceback
+import uuid
 import urllib.request
 from dataclasses import asdict
 from pathlib import Path
@@ -28,8 +29,9 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, r
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from train.config import ConfigError
+from train import nodes
 from train.events import LAUNCHER, EventLog, read_events
-from train.outcomes import judge
+from train.outcomes import judge, worst_status
 from train.plan import make_plan, this_machine
 from train.summary import environment, format_table, write_json_atomic
 
@@ -131,8 +133,9 @@ def port_in_use(endpoint: str):
 
 def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
     """Start the ranks and wait for them. Returns ok | failed | interrupted | timeout | harness_error."""
+    nodes = cfg["nnodes"]
     launch_cfg = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=cfg["world_size"], run_id=cfg["rdzv"]["id"],
+        min_nodes=nodes, max_nodes=nodes, nproc_per_node=cfg["world_size"] // nodes, run_id=cfg["rdzv"]["id"],
         rdzv_backend="c10d", rdzv_endpoint=cfg["rdzv"]["endpoint"],
         rdzv_configs={"join_timeout": cfg["timeout"]["collective_s"], "read_timeout": cfg["timeout"]["collective_s"]},
         max_restarts=0, monitor_interval=0.1, start_method=cfg["launch"]["start_method"],
@@ -143,7 +146,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
         multiprocessing.set_forkserver_preload(["train.worker"])
         atexit.unregister(stop_forkserver)  # once per process, however many jobs a sweep runs
         atexit.register(stop_forkserver)
-    taken = port_in_use(cfg["rdzv"]["endpoint"])
+    taken = port_in_use(cfg["rdzv"]["endpoint"]) if nodes == 1 else None  # other nodes' agents use it too
     if taken:
         events.record("launch_error", error_type="OSError", message=taken)
         print(f"error: {taken}", file=sys.stderr, flush=True)
@@ -186,17 +189,38 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
         watchdog.cancel()
 
 
-def run_experiment(cfg: dict, plan, run_dir: Path) -> dict:
-    """Launch, collect, classify; write summary.json and print the outcome table."""
+def run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list) -> dict:
+    """Launch, collect, classify; write summary.json and print the outcome table. One node of a
+    multi-node run writes node_summary.json instead: it sees only its own ranks."""
+    nodes_here = cfg["nnodes"] > 1 and cfg["launch"]["all_nodes_here"]
+    one_node_of_many = cfg["nnodes"] > 1 and not nodes_here
     print(f"run dir: {run_dir}\ndevice: {plan.device}+{plan.backend} ({plan.reason})\n"
           f"scenario={cfg['scenario']} callback={cfg['callback']['name']} world_size={cfg['world_size']} "
           f"epochs={cfg['epochs']} skew: rank {cfg['skew']['rank']} sleeps {cfg['skew']['seconds']} s before the "
-          "last save", flush=True)
-    events = EventLog(run_dir, LAUNCHER)
-    events.record("launch_start", world_size=cfg["world_size"], device=plan.device, backend=plan.backend)
+          "last save" + (f"\nnode {cfg['node_rank']} of {cfg['nnodes']}, rendezvous {cfg['rdzv']['endpoint']} "
+                         f"id {cfg['rdzv']['id']}" if one_node_of_many else ""), flush=True)
+    events = EventLog(run_dir, LAUNCHER, name=f"launcher-node{cfg['node_rank']}" if one_node_of_many else None)
+    events.record("launch_start", world_size=cfg["world_size"], device=plan.device, backend=plan.backend,
+                  node_rank=cfg["node_rank"], nnodes=cfg["nnodes"])
+    if nodes_here:
+        dirs = nodes.run_nodes_here(cfg, run_dir, task_overrides)
+        events.record("launch_end", status=worst_status(nodes.read_node(d)["status"] for d in dirs))
+        events.close()
+        summary = nodes.merge(dirs, run_dir, asdict(plan))
+        nodes.print_merged(summary, run_dir)
+        return summary
     status = launch(cfg, plan, run_dir, events)
     events.record("launch_end", status=status)
     events.close()
+    if one_node_of_many:
+        ranks = sorted({e["rank"] for e in read_events(run_dir) if isinstance(e["rank"], int)})
+        nodes.write_node_summary(run_dir, cfg, status, {"ranks_here": ranks, "plan": asdict(plan),
+                                                        "environment": environment()})
+        merged_into = os.environ.get(nodes.MERGED_INTO)
+        print(f"\nnode {cfg['node_rank']} of {cfg['nnodes']}: {status}; ranks {ranks} recorded in {run_dir}; " +
+              (f"the verdict follows in {merged_into}" if merged_into else
+               "the verdict needs every node's run dir: python -m train.report --merge DIR DIR ..."), flush=True)
+        return {"status": status, "verdict": None}
 
     verdict = judge(read_events(run_dir), cfg["world_size"]).as_dict()
     summary = {**verdict, "status": status, "config": cfg, "plan": asdict(plan),
@@ -249,9 +273,11 @@ def main(dict_cfg) -> str:
         return refuse(f"hydra.run.dir={run_dir}: already holds a run; give each run its own dir", discard=False)
     _started.set()
     cfg["scenario"] = scenario
+    if cfg["rdzv"]["id"] == "auto":
+        cfg["rdzv"]["id"] = f"race-{uuid.uuid4().hex[:12]}"
 
     try:
-        summary = run_experiment(cfg, plan, run_dir)
+        summary = run_experiment(cfg, plan, run_dir, list(hydra_cfg.overrides.task))
     except Exception as e:
         if not in_sweep:
             raise

@@ -67,9 +67,14 @@ def _last(events, name):
     return found[-1] if found else None
 
 
+def worst_status(statuses):
+    """The run's status from its launchers' (one per node): the worst of them."""
+    order = ("ok", "failed", "timeout", "harness_error", "interrupted")
+    return max(statuses, key=order.index, default=None)
+
+
 def _launch_status(launcher_events):
-    end = _last(launcher_events, "launch_end")
-    return end["status"] if end else None
+    return worst_status(e["status"] for e in launcher_events if e["event"] == "launch_end")
 
 
 def saves(events) -> list:
@@ -176,8 +181,8 @@ TIMED = ("fit_start", "train_end", "save_start", "save_end", "save_error", "sync
 
 def rank_timings(mine: list, events: list) -> dict:
     """Seconds since launch_start for this rank's milestones, and how its load stood against the last save."""
-    start = _last(events, "launch_start")
-    t0 = start["t"] if start else min(e["t"] for e in events)
+    starts = [e["t"] for e in events if e["event"] == "launch_start"]
+    t0 = min(starts) if starts else min(e["t"] for e in events)
     out = {}
     for name in TIMED:
         e = _last(mine, name)

@@ -52,6 +52,15 @@ def check_config(cfg: dict) -> None:
     endpoint = cfg["rdzv"]["endpoint"]
     host, _, port = endpoint.rpartition(":")
     _require(host and port.isdigit() and int(port) < 65536, "rdzv.endpoint", endpoint, "must be HOST:PORT")
+    nodes = cfg["nnodes"]
+    _require(cfg["node_rank"] < nodes, "node_rank", cfg["node_rank"], f"must be a node in 0..{nodes - 1} "
+             f"(nnodes={nodes})")
+    _require(ws % nodes == 0, "world_size", ws, f"must be a multiple of nnodes={nodes} (the same ranks on each node)")
+    if nodes > 1 and not cfg["launch"]["all_nodes_here"]:
+        _require(int(port) != 0, "rdzv.endpoint", endpoint, f"with nnodes={nodes} every node needs the same "
+                 "HOST:PORT, reachable from all of them (torchrun's --rdzv-endpoint)")
+        _require(cfg["rdzv"]["id"] != "auto", "rdzv.id", "auto", f"with nnodes={nodes} give every node the same id, "
+                 "new for each run (torchrun's --rdzv-id)")
     data = cfg["data"]
     if "classes" in data:
         _require(len(data["classes"]) == 2 and len(set(data["classes"])) == 2, "data.classes", data["classes"],
@@ -59,7 +68,7 @@ def check_config(cfg: dict) -> None:
 
 
 def _check_machine(cfg: dict, device: str, machine: Machine):
-    ws = cfg["world_size"]
+    ws = cfg["world_size"] // (1 if cfg["launch"]["all_nodes_here"] else cfg["nnodes"])  # the ranks on this host
     if device == "cpu" and not cfg["launch"]["oversubscribe"]:
         limit = RANKS_PER_CORE * machine.cpus
         _require(ws <= limit, "world_size", ws, f"more than {RANKS_PER_CORE} CPU ranks per core: this machine has "
@@ -76,7 +85,7 @@ def _check_machine(cfg: dict, device: str, machine: Machine):
 def make_plan(cfg: dict, machine: Machine) -> Plan:
     """Check cfg, then pick device and backend for the ranks and hold them against the machine."""
     check_config(cfg)
-    ranks = cfg["world_size"]
+    ranks = cfg["world_size"] // (1 if cfg["launch"]["all_nodes_here"] else cfg["nnodes"])  # on this host
     device, backend = cfg["device"], cfg["backend"]
     gpu_count = machine.gpus
     enough = gpu_count >= ranks

@@ -34,8 +34,10 @@ def load_summary(run_dir) -> dict:
 
 
 def find_runs(root: Path) -> list:
-    """Run dirs (each has .hydra/) at or below root, in job order."""
-    runs = [p.parent for p in root.rglob(".hydra") if p.is_dir()]
+    """Run dirs (each has .hydra/) at or below root, in job order; a node's own dir inside a run
+    (nodes/node<K>/, launch.all_nodes_here) is part of that run, not one of its own."""
+    found = {p.parent for p in root.rglob(".hydra") if p.is_dir()}
+    runs = [r for r in found if not any(parent in found for parent in r.parents)]
 
     def order(run):
         rel = run.relative_to(root).parts
@@ -259,12 +261,33 @@ def compare(run_dirs) -> str:
     return "\n".join(lines)
 
 
+def merge_main(dirs, out):
+    from train.config import ConfigError
+    from train.nodes import merge, print_merged, read_node
+
+    try:
+        out = out or Path("runs/merged") / read_node(dirs[0])["rdzv"]["id"]
+        if out.exists() and any(out.iterdir()):
+            raise ConfigError(f"--out {out}: not empty; the merge writes a new run dir")
+        summary = merge([Path(d) for d in dirs], out)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print_merged(summary, out)
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m train.report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir", nargs="?", help="a run dir or a sweep dir")
     parser.add_argument("--compare", nargs="+", metavar="RUN_DIR", help="print these runs' verdicts side by side")
+    parser.add_argument("--merge", nargs="+", metavar="NODE_DIR", help="every node's run dir of one multi-node run "
+                        "-> one summary.json with one verdict (in --out)")
+    parser.add_argument("--out", type=Path, help="where --merge writes (default: runs/merged/<rdzv id>)")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge_main(args.merge, args.out)
     if args.compare:
         print(compare(args.compare))
     elif args.dir:

@@ -36,10 +36,16 @@ def epoch_table(learn):
     return log
 
 
+def checkpoint_dir(cfg: dict) -> str:
+    """Where this rank's node keeps checkpoints: one folder for all, or each node its own (its own disk)."""
+    folder = cfg["checkpoint"]["dir"]
+    return f"{folder}/node{cfg['node_rank']}" if cfg["checkpoint"]["node_local"] else folder
+
+
 def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     events = EventLog(run_dir, rank)
-    events.record("rank_start", pid=os.getpid(), host=socket.gethostname(),
+    events.record("rank_start", pid=os.getpid(), host=socket.gethostname(), node=cfg["node_rank"],
                   device=plan["device"], backend=plan["backend"])
 
     if plan["device"] == "cuda":
@@ -56,7 +62,7 @@ def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
     learn = Learner(make_dls(cfg["data"], cfg["seed"], device),
                     SimpleCNN((CHANNELS[cfg["data"]["name"]], 16, 16, 2)),  # the seed's simple_cnn((3,16,16,2))
                     loss_func=CrossEntropyLossFlat(), metrics=accuracy,
-                    path=run_dir, model_dir=cfg["checkpoint"]["dir"])
+                    path=run_dir, model_dir=checkpoint_dir(cfg))
     save_model_cb = get_class(cfg["callback"]["_target_"])(
         events, Faults(cfg, events, say), cfg["checkpoint"], timeout_s=cfg["timeout"]["collective_s"])
 

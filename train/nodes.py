@@ -1,0 +1,124 @@
+"""Several nodes: a node's own record, the merge of every node's run dir into one verdict, and one
+host standing in for several nodes.
+
+A run over nnodes machines is one `python -m train nnodes=N node_rank=K rdzv.endpoint=HOST:PORT
+rdzv.id=ID` per machine; torch elastic's c10d rendezvous joins their agents into one world. Each
+node's run dir holds its own ranks' events and logs and node_summary.json, but no verdict: a node
+sees only its ranks. `python -m train.report --merge DIR...` (or, on one host,
+launch.all_nodes_here=true) puts the nodes' records together and judges them.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from train.config import ConfigError
+from train.events import events_dir, read_events
+from train.outcomes import judge, worst_status
+from train.summary import format_table, write_json_atomic
+
+NODE_SUMMARY = "node_summary.json"
+def write_node_summary(run_dir: Path, cfg: dict, status: str, extra: dict) -> dict:
+    summary = {"status": status, "node_rank": cfg["node_rank"], "nnodes": cfg["nnodes"], "rdzv": cfg["rdzv"],
+               "config": cfg, "run_dir": str(run_dir), **extra}
+    write_json_atomic(run_dir / NODE_SUMMARY, summary)
+    return summary
+
+
+def read_node(run_dir: Path) -> dict:
+    path = Path(run_dir) / NODE_SUMMARY
+    if not path.exists():
+        raise ConfigError(f"{run_dir}: no {NODE_SUMMARY} (not the run dir of one node of a multi-node run)")
+    return json.loads(path.read_text())
+
+
+def check_same_run(nodes: list, dirs: list):
+    """One line and ConfigError unless these are every node of one run, each once."""
+    first = nodes[0]
+    for node, d in zip(nodes, dirs):
+        if node["rdzv"]["id"] != first["rdzv"]["id"]:
+            raise ConfigError(f"{d}: rdzv.id={node['rdzv']['id']!r}, but {dirs[0]} has {first['rdzv']['id']!r}: "
+                              "these dirs belong to different runs")
+    ranks = sorted(n["node_rank"] for n in nodes)
+    if len(set(ranks)) != len(ranks):
+        raise ConfigError(f"two of these dirs are the same node ({ranks})")
+    missing = sorted(set(range(first["nnodes"])) - set(ranks))
+    if missing:
+        raise ConfigError(f"node(s) {', '.join(map(str, missing))} of {first['nnodes']} missing: give every node's "
+                          "run dir")
+
+
+def merge(node_dirs: list, out: Path, plan=None) -> dict:
+    """Every node's records into `out` (events/, logs/node<K>/), judged as one run: summary.json."""
+    nodes = [read_node(d) for d in node_dirs]
+    check_same_run(nodes, node_dirs)
+    events_dir(out).mkdir(parents=True, exist_ok=True)
+    for d, node in zip(node_dirs, nodes):
+        for f in events_dir(d).glob("*.jsonl"):
+            name = f.name if f.name.startswith("rank") else f"launcher-node{node['node_rank']}.jsonl"
+            shutil.copyfile(f, events_dir(out) / name)
+        if (Path(d) / "logs").exists() and Path(d).resolve() != out.resolve():
+            shutil.copytree(Path(d) / "logs", out / "logs" / f"node{node['node_rank']}", dirs_exist_ok=True)
+    cfg = next(n for n in nodes if n["node_rank"] == 0)["config"]
+    verdict = judge(read_events(out), cfg["world_size"]).as_dict()
+    summary = {**verdict, "status": worst_status(n["status"] for n in nodes), "config": cfg,
+               "plan": plan or nodes[0].get("plan"), "environment": nodes[0].get("environment"),
+               "nodes": [{"node_rank": n["node_rank"], "status": n["status"], "run_dir": n["run_dir"]}
+                         for n in nodes], "run_dir": str(out)}
+    write_json_atomic(out / "summary.json", summary)
+    return summary
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+MERGED_INTO = "RACE_LAB_MERGED_INTO"  # set for the node launchers of launch.all_nodes_here
+NODE_KEYS = ("node_rank=", "rdzv.", "launch.all_nodes_here=")  # set here for each node, whatever was given
+
+
+def run_nodes_here(cfg: dict, run_dir: Path, task_overrides: list) -> list:
+    """Start one launcher per node on this host, on loopback, each into run_dir/nodes/node<K>, and wait.
+    Returns their run dirs. SIGINT or SIGTERM here reaches every node's launcher."""
+    port = free_port()
+    given = [o for o in task_overrides if not o.lstrip("+~").startswith(NODE_KEYS)]
+    dirs = [run_dir / "nodes" / f"node{k}" for k in range(cfg["nnodes"])]
+    env = {**os.environ, MERGED_INTO: str(run_dir)}
+    procs = [subprocess.Popen([sys.executable, "-m", "train", *given, f"node_rank={k}",
+                               f"rdzv.endpoint=127.0.0.1:{port}", f"rdzv.id={cfg['rdzv']['id']}",
+                               "launch.all_nodes_here=false", f"hydra.run.dir={d}"], env=env)
+             for k, d in enumerate(dirs)]
+
+    def forward(signum, frame):
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+
+    before = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for p in procs:
+            while True:
+                try:
+                    p.wait()
+                    break
+                except KeyboardInterrupt:
+                    forward(signal.SIGINT, None)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    for k, (d, p) in enumerate(zip(dirs, procs)):
+        if not (d / NODE_SUMMARY).exists():  # that node's launcher died before it could say so
+            d.mkdir(parents=True, exist_ok=True)
+            write_node_summary(d, {**cfg, "node_rank": k}, "harness_error", {"exit_code": p.returncode})
+    return dirs
+
+
+def print_merged(summary: dict, out: Path):
+    print("\n" + format_table(summary) + f"\n\n{summary['explanation']}\nsummary: {out / 'summary.json'}",
+          flush=True)
