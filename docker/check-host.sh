@@ -2,14 +2,22 @@
 # Checks what the container and GPU targets need from this host, in the order given. Prints nothing
 # when all is there; otherwise one line on stderr naming what is missing, and exits 1. Never waits long.
 #
-#   check-host.sh compose      docker and the Compose v2 plugin (`docker compose`)
+#   check-host.sh compose      docker and the Compose v2 plugin (`docker compose`), which must report
+#                              failures (a bad subcommand fails; a wrapper that always exits 0 does not)
 #   check-host.sh nvidia       the Docker engine answers and can hand GPUs to containers
 #                              (an nvidia runtime in `docker info`, or the toolkit's hook on PATH)
 #   check-host.sh gpus=N       N is a whole number >= 1 and this host has at least N GPUs (nvidia-smi -L)
+#   check-host.sh disk         the engine's data root has room to build the image (BUILD_DISK_GIB, default
+#                              16: the image is about 7 GB and the build needs about as much again);
+#                              passes when $IMAGE exists already or the data root is not on this host
+#   check-host.sh image        the image $IMAGE exists (what NO_BUILD=1 runs)
+#   check-host.sh memlock=N    the engine can start $IMAGE with a locked-memory limit of N bytes (-1:
+#                              unlimited), as the GPU services ask for NCCL
 #
 # e.g. check-host.sh compose nvidia gpus=3
 set -u
 WAIT_S=${CHECK_HOST_WAIT_S:-30}
+IMAGE=${IMAGE:-race-lab:latest}
 
 fail() { echo "error: $*" >&2; exit 1; }
 
@@ -31,6 +39,36 @@ for check in "$@"; do
         timeout "$WAIT_S" docker compose version >/dev/null 2>&1 ||
             fail "docker compose (the Compose v2 plugin) is missing: install docker-compose-plugin" \
                  "(docs.docker.com/compose/install/linux); docker-compose v1 does not do GPUs this way"
+        ! timeout "$WAIT_S" docker compose race-lab-no-such-command >/dev/null 2>&1 ||
+            fail "docker compose exits 0 on a bad subcommand, so failures would look like success: link" \
+                 "the Compose v2 program itself as the plugin, not a wrapper script (e.g. .venv/bin/docker-compose)"
+        ;;
+    disk)
+        docker image inspect "$IMAGE" >/dev/null 2>&1 && continue
+        root=$(timeout "$WAIT_S" docker info --format '{{.DockerRootDir}}' 2>/dev/null) || continue
+        [ -d "$root" ] || continue  # a remote engine or a VM's (Docker Desktop): its disk is not ours to see
+        need=${BUILD_DISK_GIB:-16}
+        free=$(df -Pk "$root" | awk 'NR == 2 {print int($4 / 1048576)}')
+        [ "$free" -ge "$need" ] ||
+            fail "only ${free} GiB free under ${root} (the Docker engine's data root): building ${IMAGE}" \
+                 "needs about ${need} GiB (the image is about 7 GB); free some space or set BUILD_DISK_GIB="
+        ;;
+    image)
+        docker image inspect "$IMAGE" >/dev/null 2>&1 ||
+            fail "image ${IMAGE} not found: build it first (make build), or drop NO_BUILD=1 to build it when missing"
+        ;;
+    memlock=*)
+        memlock=${check#memlock=}
+        rc=0
+        out=$(timeout "$WAIT_S" docker run --rm --network none --ulimit "memlock=${memlock}" \
+              --entrypoint true "$IMAGE" 2>&1) || rc=$?
+        [ "$rc" -ne 124 ] || fail "a test container did not start within ${WAIT_S} s: is the Docker engine healthy?"
+        case "$out" in
+        *rlimit*) fail "the Docker engine cannot set the locked-memory limit MEMLOCK=${memlock} that NCCL asks" \
+                       "for (its own hard limit is lower, as under rootless Docker): raise the engine's limit" \
+                       "(LimitMEMLOCK=infinity for docker.service) or set MEMLOCK= to a byte count it allows" ;;
+        esac
+        [ "$rc" -eq 0 ] || fail "cannot start ${IMAGE} with --ulimit memlock=${memlock}: $(printf '%s' "$out" | head -n 1)"
         ;;
     nvidia)
         rc=0
@@ -55,7 +93,7 @@ for check in "$@"; do
             fail "GPUS=${gpus} but this host has ${HOST_GPUS} GPU(s) (nvidia-smi -L): use GPUS=${HOST_GPUS} or fewer"
         ;;
     *)
-        fail "check-host.sh: unknown check '$check' (compose, nvidia, gpus=N)"
+        fail "check-host.sh: unknown check '$check' (compose, nvidia, gpus=N, disk, image, memlock=N)"
         ;;
     esac
 done

@@ -23,6 +23,8 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+import train.config  # noqa: F401  (registers the schema that configs/train.yaml builds on)
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 COMPOSE_FILE = ROOT / "compose.yaml"
@@ -83,14 +85,26 @@ def make(*args, env=None, timeout=60):
                           timeout=timeout, env=env if env is not None else clean_env())
 
 
-def compose_line(make_n_output: str):
-    """The `... docker compose ...` command of a `make -n` listing: (its VAR=value prefix, the argv after it)."""
-    lines = [line for line in make_n_output.splitlines() if " docker compose " in f" {line} "]
-    assert len(lines) == 1, make_n_output
-    words = shlex.split(lines[0])
-    i = words.index("docker")
-    env = dict(w.split("=", 1) for w in words[:i])
-    return env, words[i:]
+def compose_line(make_n_output: str, command="up"):
+    """The `... docker compose [--profile P] <command> ...` command of a `make -n` listing: (its VAR=value
+    prefix, the argv after it). Commands joined with `;`, `&&` or `{` on one line are told apart."""
+    found = []
+    for line in make_n_output.splitlines():
+        if " docker compose " not in f" {line} ":
+            continue
+        for part in re.split(r"; |&& |\{ ", line):
+            words = shlex.split(part)
+            if words[-1:] == ["}"]:
+                words.pop()
+            if "docker" not in words or words[words.index("docker") + 1:][:1] != ["compose"]:
+                continue
+            i = words.index("docker")
+            rest = [w for w in words[i + 2:] if not w.startswith("-")]
+            flags_with_values = sum(1 for w in words[i + 2:] if w == "--profile")
+            if rest[flags_with_values:][:1] == [command]:
+                found.append((dict(w.split("=", 1) for w in words[:i]), words[i:]))
+    assert len(found) == 1, make_n_output
+    return found[0]
 
 
 def dockerfile_instructions():
@@ -294,7 +308,7 @@ def test_make_n_sweep_container_and_up_cpu_use_their_profiles():
     assert cpu_env["ARGS"] == "world_size=2" and "GPUS" not in cpu_env
     assert cpu[:4] == ["docker", "compose", "--profile", "cpu"] and cpu[-1] == "cpu"
     for target in ("down", "logs"):
-        _, argv = compose_line(make("-n", target).stdout)
+        _, argv = compose_line(make("-n", target).stdout, command=target)
         assert {"cpu", "sweep"} <= set(argv)  # they see the profiled services too
 
 
@@ -314,7 +328,7 @@ def test_make_n_smoke_gpu_runs_both_variants_over_nccl_then_compares():
 # --- what the targets say on a host that lacks something (stand-ins for docker and nvidia-smi) ----------
 
 STUB_TOOLS = ["bash", "sh", "timeout", "grep", "head", "id", "git", "sha256sum", "cut", "mkdir", "sleep", "cat",
-              "env", "date"]
+              "env", "date", "find", "sort", "awk", "df"]
 
 
 def host(tmp_path, docker=None, nvidia_smi=None):
@@ -331,10 +345,22 @@ def host(tmp_path, docker=None, nvidia_smi=None):
             "DOCKER_LOG": str(tmp_path / "docker.log")}
 
 
+@pytest.fixture
+def stub_run_dir(tmp_path):
+    """Where DOCKER_OK's `compose up` writes a summary.json: under ./runs, as the container would; removed after."""
+    run_dir = ROOT / "runs" / f".stub-{tmp_path.name}-{os.getpid()}"
+    yield run_dir
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
 DOCKER_OK = """echo "$GPUS|$ARGS|$HOST_UID:$HOST_GID|$*" >> "$DOCKER_LOG"
 case "$1 $2" in
   "compose version") echo "Docker Compose version v2.40.3" ;;
+  "compose race-lab-no-such-command") echo "unknown docker command" >&2; exit 1 ;;
   "info --format") echo '{"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}' ;;
+esac
+case " $* " in  # a run that ends well leaves a summary, as the real one does
+  *" up "*) [ -z "${STUB_RUN_DIR:-}" ] || { mkdir -p "$STUB_RUN_DIR" && echo '{}' > "$STUB_RUN_DIR/summary.json"; } ;;
 esac
 """
 DOCKER_NO_COMPOSE = """echo "$*" >> "$DOCKER_LOG"
@@ -343,6 +369,7 @@ if [ "$1" = compose ]; then echo "docker: 'compose' is not a docker command." >&
 DOCKER_NO_ENGINE = """echo "$*" >> "$DOCKER_LOG"
 case "$1 $2" in
   "compose version") echo "Docker Compose version v2.40.3" ;;
+  "compose race-lab-no-such-command") echo "unknown docker command" >&2; exit 1 ;;
   "info --format") echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; exit 1 ;;
 esac
 """
@@ -378,8 +405,8 @@ def test_a_host_that_lacks_something_gets_one_clear_line_and_no_run(tmp_path, ta
     assert "-m train" not in proc.stdout
 
 
-def test_a_host_with_all_it_needs_gets_the_compose_run(tmp_path):
-    env = host(tmp_path, DOCKER_OK, TWO_GPUS)
+def test_a_host_with_all_it_needs_gets_the_compose_run(tmp_path, stub_run_dir):
+    env = {**host(tmp_path, DOCKER_OK, TWO_GPUS), "STUB_RUN_DIR": str(stub_run_dir)}
     proc = make("up", "GPUS=2", "SKEW=4", env=env)
     assert proc.returncode == 0, proc.stderr
     calls = Path(env["DOCKER_LOG"]).read_text().splitlines()
@@ -391,9 +418,136 @@ def test_a_host_with_all_it_needs_gets_the_compose_run(tmp_path):
     assert (ROOT / "runs").is_dir()
 
 
-def test_make_up_uses_all_the_hosts_gpus_by_default(tmp_path):
-    env = host(tmp_path, DOCKER_OK, TWO_GPUS)
+def test_make_up_uses_all_the_hosts_gpus_by_default(tmp_path, stub_run_dir):
+    env = {**host(tmp_path, DOCKER_OK, TWO_GPUS), "STUB_RUN_DIR": str(stub_run_dir)}
     proc = make("up", env=env)
     assert proc.returncode == 0, proc.stderr
     up = [c for c in Path(env["DOCKER_LOG"]).read_text().splitlines() if "|compose up " in c]
     assert up[0].split("|")[0] == "2"
+
+
+# --- what the up targets do with what Compose and the engine answer (stand-ins) ------------------------
+
+DOCKER_ALWAYS_0 = 'echo "$*" >> "$DOCKER_LOG"\n[ "$1 $2" != "compose version" ] || echo "Docker Compose version v2.40.3"\n'
+DOCKER_UP_FAILS = DOCKER_OK.replace('esac\ncase " $* " in', 'esac\ncase " $* " in\n  *" up "*) exit 1 ;;', 1)
+DOCKER_NO_IMAGE = DOCKER_OK.replace('case "$1 $2" in', 'case "$1 $2" in\n  "image inspect") exit 1 ;;', 1)
+DOCKER_MEMLOCK_REFUSED = DOCKER_OK.replace('case "$1 $2" in', 'case "$1 $2" in\n  "run --rm") echo "docker: Error '
+                                           'response from daemon: failed to create shim task: OCI runtime create '
+                                           'failed: error setting rlimit type 8: operation not permitted" >&2; '
+                                           'exit 125 ;;', 1)
+
+
+def docker_calls(env) -> list:
+    log = Path(env["DOCKER_LOG"])
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_a_compose_that_exits_0_on_failure_is_refused_before_anything_runs(tmp_path):
+    env = host(tmp_path, DOCKER_ALWAYS_0)
+    proc = make("up-cpu", env=env)
+    assert proc.returncode != 0
+    assert [line for line in proc.stderr.splitlines() if line.startswith("error:")] == [
+        line for line in proc.stderr.splitlines() if "exits 0 on a bad subcommand" in line]
+    assert not [c for c in docker_calls(env) if " up " in f" {c} "]
+
+
+def test_when_compose_up_fails_make_fails_and_announces_no_results(tmp_path, stub_run_dir):
+    env = {**host(tmp_path, DOCKER_UP_FAILS), "STUB_RUN_DIR": str(stub_run_dir)}
+    proc = make("up-cpu", env=env)
+    assert proc.returncode != 0
+    assert "results" not in proc.stdout
+    assert [c for c in docker_calls(env) if " rm --force --stop cpu" in c]  # its container is removed all the same
+
+
+def test_when_compose_exits_0_without_a_summary_make_says_so(tmp_path):
+    env = host(tmp_path, DOCKER_OK)  # no STUB_RUN_DIR: `up` writes nothing
+    proc = make("up-cpu", env=env)
+    assert proc.returncode != 0
+    assert "error: Compose exited 0 but no summary.json was written into ./runs" in proc.stderr
+    assert "results" not in proc.stdout
+
+
+def test_up_cpu_names_the_run_dir_it_wrote_and_removes_its_container(tmp_path, stub_run_dir):
+    env = {**host(tmp_path, DOCKER_OK), "STUB_RUN_DIR": str(stub_run_dir)}
+    proc = make("up-cpu", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"  runs/{stub_run_dir.name}/" in proc.stdout.splitlines()
+    calls = docker_calls(env)
+    up = [i for i, c in enumerate(calls) if "compose --profile cpu up " in c]
+    rm = [i for i, c in enumerate(calls) if "compose --profile cpu rm --force --stop cpu" in c]
+    assert len(up) == 1 and len(rm) == 1 and rm[0] > up[0]
+    assert not [c for c in calls if " build " in f" {c} "]  # the image is there (image inspect answers 0)
+
+
+def test_up_builds_only_a_missing_image_and_no_build_refuses_to(tmp_path, stub_run_dir):
+    env = {**host(tmp_path, DOCKER_NO_IMAGE), "STUB_RUN_DIR": str(stub_run_dir)}
+    proc = make("up-cpu", "IMAGE_TAG=t1", env=env)
+    assert proc.returncode == 0, proc.stderr
+    calls = docker_calls(env)
+    build = [i for i, c in enumerate(calls) if " build cpu" in c]
+    up = [i for i, c in enumerate(calls) if " up " in c]
+    assert len(build) == 1 and build[0] < up[0]
+    assert [c for c in calls if c.endswith("|image inspect race-lab:t1")]
+
+    Path(env["DOCKER_LOG"]).unlink()
+    proc = make("up-cpu", "NO_BUILD=1", env=env)
+    assert proc.returncode != 0
+    assert "error: image race-lab:latest not found: build it first (make build)" in proc.stderr
+    assert not [c for c in docker_calls(env) if " build " in f" {c} " or " up " in f" {c} "]
+
+
+def test_up_stops_with_one_line_when_the_engine_cannot_lock_memory_for_nccl(tmp_path):
+    env = host(tmp_path, DOCKER_MEMLOCK_REFUSED, TWO_GPUS)
+    proc = make("up", "GPUS=2", env=env)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cannot set the locked-memory limit MEMLOCK=-1" in errors[0], proc.stderr
+    assert [c for c in docker_calls(env) if "run --rm --network none --ulimit memlock=-1" in c]
+    assert not [c for c in docker_calls(env) if " up " in f" {c} "]
+    (tmp_path / "again").mkdir()
+    env = host(tmp_path / "again", DOCKER_OK, TWO_GPUS)
+    make("up", "GPUS=2", "MEMLOCK=8388608", env=env)  # fails after the run: this stand-in writes no summary
+    assert [c for c in docker_calls(env) if "--ulimit memlock=8388608" in c]
+    assert [c for c in docker_calls(env) if "compose up " in c]
+
+
+def test_build_stops_when_the_engines_disk_has_no_room(tmp_path):
+    root = tmp_path / "data-root"
+    root.mkdir()
+    docker = DOCKER_NO_IMAGE.replace('case "$1 $2" in', f'case "$1 $2" in\n  "info --format") echo {root} ;;', 1)
+    env = host(tmp_path, docker)
+    proc = make("build", env={**env, "BUILD_DISK_GIB": "1000000"})
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"GiB free under {root} (the Docker engine's data root)" in errors[0], proc.stderr
+    assert "needs about 1000000 GiB" in errors[0]
+    assert not [c for c in docker_calls(env) if " build " in f" {c} "]
+    proc = make("build", env={**env, "BUILD_DISK_GIB": "0"})
+    assert proc.returncode == 0, proc.stderr
+    assert [c for c in docker_calls(env) if "compose build train" in c]
+
+
+def test_memlock_is_asked_for_only_by_the_gpu_services_and_can_be_set():
+    model = render({"GPUS": "2", "MEMLOCK": "8388608"}, profiles=["cpu", "sweep"])["services"]
+    for gpu_service in ("train", "sweep"):
+        assert model[gpu_service]["ulimits"] == {"memlock": 8388608, "stack": 67108864}
+        assert model[gpu_service]["ipc"] == "host"
+    for cpu_service in ("cpu", "sweep-cpu"):
+        assert "ulimits" not in model[cpu_service] and "ipc" not in model[cpu_service]
+        assert "deploy" not in model[cpu_service]
+    assert model["sweep-cpu"]["command"][:2] == ["-m", "device=cpu"]
+
+
+def test_base_image_is_a_build_arg_only_when_given():
+    assert "BASE_IMAGE" not in render({})["services"]["train"]["build"]["args"]  # the Dockerfile's pinned base
+    built = render({"BASE_IMAGE": "race-lab-standin:test"})["services"]["train"]["build"]
+    assert built["args"]["BASE_IMAGE"] == "race-lab-standin:test"
+    assert built["network"] == "host"
+    env, argv = compose_line(make("-n", "build", "BASE_IMAGE=race-lab-standin:test").stdout, command="build")
+    assert env["BASE_IMAGE"] == "race-lab-standin:test" and argv[-1] == "train"
+    env, _ = compose_line(make("-n", "build").stdout, command="build")
+    assert "BASE_IMAGE" not in env
+
+
+def test_dockerfile_has_no_syntax_directive_that_would_fetch_a_frontend_image():
+    assert not re.search(r"^#\s*syntax\s*=", DOCKERFILE.read_text(), re.MULTILINE | re.IGNORECASE)

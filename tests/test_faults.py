@@ -115,6 +115,20 @@ def test_sigterm_to_the_launcher_stops_every_rank_and_names_the_signal(tmp_path)
     run.assert_nothing_left_and_events_kept()
 
 
+def test_a_stop_while_the_ranks_are_starting_ends_quietly(tmp_path):
+    run = Launch(tmp_path / "run", "world_size=2")
+    deadline = time.time() + 120
+    while not (run.dir / "events/launcher.jsonl").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the forkserver is still importing fastai; the ranks' start-up is queued in it
+    run.proc.send_signal(signal.SIGTERM)
+    rc, out = run.finish(timeout=60)
+    assert rc == 130, out[-3000:]
+    assert run.summary["verdict"] == "interrupted"
+    assert "Traceback" not in out, out[-3000:]
+    assert not processes_tagged(str(run.dir))
+
+
 @contextlib.contextmanager
 def tmpfs(path: Path, size: str):
     path.mkdir(parents=True)

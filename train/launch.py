@@ -143,7 +143,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
     )
     if launch_cfg.start_method == "forkserver":
         # ranks fork from a server that has imported fastai once; later jobs of a sweep start in a blink
-        multiprocessing.set_forkserver_preload(["train.worker"])
+        multiprocessing.set_forkserver_preload(["train.preload"])
         atexit.unregister(stop_forkserver)  # once per process, however many jobs a sweep runs
         atexit.register(stop_forkserver)
     taken = port_in_use(cfg["rdzv"]["endpoint"]) if nodes == 1 else None  # other nodes' agents use it too
