@@ -67,6 +67,11 @@ def test_auto_picks_cpu_gloo_without_enough_gpus_and_nccl_with():
     ({"data.valid_pct": 1.5}, "data.valid_pct=1.5: must be a finite number > 0 and <= 0.9"),
     ({"data.classes": [3, 12]}, "data.classes=[3, 12]: must be a list of integers >= 0 and <= 9"),
     ({"data.classes": [3, 3]}, "data.classes=[3, 3]: must be two different digits"),
+    ({"nnodes": 2, "node_rank": 2}, "node_rank=2: must be a node in 0..1 (nnodes=2)"),
+    ({"nnodes": 2}, "world_size=3: must be a multiple of nnodes=2 (the same ranks on each node)"),
+    ({"nnodes": 3}, "rdzv.endpoint='localhost:0': with nnodes=3 every node needs the same HOST:PORT"),
+    ({"nnodes": 3, "rdzv.endpoint": "10.0.0.1:29500"}, "rdzv.id='auto': with nnodes=3 give every node the same id"),
+    ({"rdzv.endpoint": "nohost"}, "rdzv.endpoint='nohost': must be HOST:PORT"),
 ])
 def test_plan_rejects_bad_values_naming_key_and_value(changes, message):
     with pytest.raises(ConfigError) as e:

@@ -193,7 +193,7 @@ def run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list) -> dict
     """Launch, collect, classify; write summary.json and print the outcome table. One node of a
     multi-node run writes node_summary.json instead: it sees only its own ranks."""
     nodes_here = cfg["nnodes"] > 1 and cfg["launch"]["all_nodes_here"]
-    one_node_of_many = cfg["nnodes"] > 1 and not nodes_here
+    one_node_of_many = nodes.one_of_many(cfg)
     print(f"run dir: {run_dir}\ndevice: {plan.device}+{plan.backend} ({plan.reason})\n"
           f"scenario={cfg['scenario']} callback={cfg['callback']['name']} world_size={cfg['world_size']} "
           f"epochs={cfg['epochs']} skew: rank {cfg['skew']['rank']} sleeps {cfg['skew']['seconds']} s before the "
@@ -216,11 +216,9 @@ def run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list) -> dict
         ranks = sorted({e["rank"] for e in read_events(run_dir) if isinstance(e["rank"], int)})
         nodes.write_node_summary(run_dir, cfg, status, {"ranks_here": ranks, "plan": asdict(plan),
                                                         "environment": environment()})
-        merged_into = os.environ.get(nodes.MERGED_INTO)
-        print(f"\nnode {cfg['node_rank']} of {cfg['nnodes']}: {status}; ranks {ranks} recorded in {run_dir}; " +
-              (f"the verdict follows in {merged_into}" if merged_into else
-               "the verdict needs every node's run dir: python -m train.report --merge DIR DIR ..."), flush=True)
-        return {"status": status, "verdict": None}
+        print(f"\nnode {cfg['node_rank']} of {cfg['nnodes']}: {status}; ranks {ranks} recorded in {run_dir}",
+              flush=True)
+        return nodes.merge_if_all_here(cfg, run_dir, status)
 
     verdict = judge(read_events(run_dir), cfg["world_size"]).as_dict()
     summary = {**verdict, "status": status, "config": cfg, "plan": asdict(plan),
@@ -250,7 +248,7 @@ def main(dict_cfg) -> str:
             return "invalid"
         sys.exit(EXIT_BAD_CONFIG)
 
-    cfg = OmegaConf.to_container(dict_cfg, resolve=True)
+    cfg = nodes.from_slurm(OmegaConf.to_container(dict_cfg, resolve=True))
     cfg["checkpoint"]["dir"] = str(Path(cfg["checkpoint"]["dir"]).resolve())
     scenario, fix = hydra_cfg.runtime.choices.get("scenario"), cfg["callback"]["name"]
     if fix in cfg["not_for"]:  # a combination that makes no sense: not run, and not a failure of a sweep
@@ -267,8 +265,11 @@ def main(dict_cfg) -> str:
         check_writable(run_dir)
     except ConfigError as e:
         return refuse(e, discard=not (run_dir / "events").exists())
+    # one node of a multi-node run keeps its records in nodes/node<K>/: on a shared filesystem (Slurm)
+    # every node's launcher has the same run dir
+    records = nodes.node_dir(run_dir, cfg["node_rank"]) if nodes.one_of_many(cfg) else run_dir
     try:  # the claim: of two launches into one run dir, exactly one creates events/
-        (run_dir / "events").mkdir()
+        (records / "events").mkdir(parents=records != run_dir)
     except FileExistsError:
         return refuse(f"hydra.run.dir={run_dir}: already holds a run; give each run its own dir", discard=False)
     _started.set()
@@ -277,12 +278,12 @@ def main(dict_cfg) -> str:
         cfg["rdzv"]["id"] = f"race-{uuid.uuid4().hex[:12]}"
 
     try:
-        summary = run_experiment(cfg, plan, run_dir, list(hydra_cfg.overrides.task))
+        summary = run_experiment(cfg, plan, records, list(hydra_cfg.overrides.task))
     except Exception as e:
         if not in_sweep:
             raise
-        (run_dir / "error.txt").write_text(traceback.format_exc())
-        print(f"error: the job crashed: {type(e).__name__}: {e} (traceback in {run_dir / 'error.txt'})",
+        (records / "error.txt").write_text(traceback.format_exc())
+        print(f"error: the job crashed: {type(e).__name__}: {e} (traceback in {records / 'error.txt'})",
               file=sys.stderr)
         return "crashed"
     finally:

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from train.config import ConfigError
@@ -22,6 +23,49 @@ from train.outcomes import judge, worst_status
 from train.summary import format_table, write_json_atomic
 
 NODE_SUMMARY = "node_summary.json"
+SLURM_PORT = 29500
+
+
+def from_slurm(cfg: dict) -> dict:
+    """Inside a Slurm job of hydra/launcher=slurm (one task per node): this task's node_rank, and the
+    rendezvous at the allocation's first host, with the job id as the rendezvous id."""
+    if os.environ.get("SUBMITIT_EXECUTOR") != "slurm" or cfg["nnodes"] == 1:
+        return cfg
+    import submitit
+
+    job = submitit.JobEnvironment()
+    return {**cfg, "node_rank": job.node, "rdzv": {"endpoint": f"{job.hostnames[0]}:{SLURM_PORT}",
+                                                   "id": f"slurm-{job.job_id}"}}
+
+
+def one_of_many(cfg: dict) -> bool:
+    """This launcher is one node of several (the others elsewhere, or its siblings under all_nodes_here)."""
+    return cfg["nnodes"] > 1 and not cfg["launch"]["all_nodes_here"]
+
+
+def node_dir(run_dir: Path, node_rank: int) -> Path:
+    return run_dir / "nodes" / f"node{node_rank}"
+
+
+def merge_if_all_here(cfg: dict, records: Path, status: str) -> dict:
+    """Node 0 merges when every node's records land in the same run dir (a shared filesystem, as under
+    Slurm) within timeout.collective_s; else it says how to merge. Returns what main needs."""
+    run_dir = records.parent.parent
+    if cfg["node_rank"] != 0 or os.environ.get(MERGED_INTO):
+        return {"status": status, "verdict": None}
+    dirs = [node_dir(run_dir, k) for k in range(cfg["nnodes"])]
+    deadline = time.monotonic() + cfg["timeout"]["collective_s"]
+    while not all((d / NODE_SUMMARY).exists() for d in dirs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not all((d / NODE_SUMMARY).exists() for d in dirs):
+        print("The verdict needs every node's records: python -m train.report --merge <each node's "
+              "nodes/node<K> dir>", flush=True)
+        return {"status": status, "verdict": None}
+    summary = merge(dirs, run_dir)
+    print_merged(summary, run_dir)
+    return summary
+
+
 def write_node_summary(run_dir: Path, cfg: dict, status: str, extra: dict) -> dict:
     summary = {"status": status, "node_rank": cfg["node_rank"], "nnodes": cfg["nnodes"], "rdzv": cfg["rdzv"],
                "config": cfg, "run_dir": str(run_dir), **extra}
@@ -61,7 +105,7 @@ def merge(node_dirs: list, out: Path, plan=None) -> dict:
         for f in events_dir(d).glob("*.jsonl"):
             name = f.name if f.name.startswith("rank") else f"launcher-node{node['node_rank']}.jsonl"
             shutil.copyfile(f, events_dir(out) / name)
-        if (Path(d) / "logs").exists() and Path(d).resolve() != out.resolve():
+        if (Path(d) / "logs").exists() and out.resolve() not in Path(d).resolve().parents:
             shutil.copytree(Path(d) / "logs", out / "logs" / f"node{node['node_rank']}", dirs_exist_ok=True)
     cfg = next(n for n in nodes if n["node_rank"] == 0)["config"]
     verdict = judge(read_events(out), cfg["world_size"]).as_dict()
@@ -84,16 +128,17 @@ NODE_KEYS = ("node_rank=", "rdzv.", "launch.all_nodes_here=")  # set here for ea
 
 
 def run_nodes_here(cfg: dict, run_dir: Path, task_overrides: list) -> list:
-    """Start one launcher per node on this host, on loopback, each into run_dir/nodes/node<K>, and wait.
+    """Start one launcher per node on this host, on loopback, each recording into run_dir/nodes/node<K>, and wait.
     Returns their run dirs. SIGINT or SIGTERM here reaches every node's launcher."""
     port = free_port()
     given = [o for o in task_overrides if not o.lstrip("+~").startswith(NODE_KEYS)]
-    dirs = [run_dir / "nodes" / f"node{k}" for k in range(cfg["nnodes"])]
+    dirs = [node_dir(run_dir, k) for k in range(cfg["nnodes"])]
     env = {**os.environ, MERGED_INTO: str(run_dir)}
     procs = [subprocess.Popen([sys.executable, "-m", "train", *given, f"node_rank={k}",
                                f"rdzv.endpoint=127.0.0.1:{port}", f"rdzv.id={cfg['rdzv']['id']}",
-                               "launch.all_nodes_here=false", f"hydra.run.dir={d}"], env=env)
-             for k, d in enumerate(dirs)]
+                               "launch.all_nodes_here=false", f"hydra.run.dir={run_dir}",
+                               "hydra.output_subdir=null"], env=env)
+             for k in range(cfg["nnodes"])]
 
     def forward(signum, frame):
         for p in procs:

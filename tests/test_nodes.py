@@ -1,0 +1,133 @@
+"""Several nodes on torch elastic's c10d rendezvous: real agents on loopback, node-local checkpoint
+folders standing for each node's own disk, node run dirs merged into one verdict."""
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, processes_tagged, tagged_env
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node(run_dir, tag, *overrides):
+    """One node's launcher, as a user starts it on each machine."""
+    return subprocess.Popen([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", *overrides], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=tagged_env(tag))
+
+
+def finish(proc, timeout=300):
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    finally:
+        proc.kill()
+
+
+def outcomes(summary):
+    return [r["outcome"] for r in summary["ranks"]]
+
+
+def test_no_shared_fs_on_one_host_barrier_loses_and_broadcast_and_save_on_each_node_hold(train):
+    run = train("scenario=no_shared_fs", "callback=barrier", "world_size=2")
+    assert run.rc == 0, run.out[-3000:]
+    s = run.summary
+    assert (s["verdict"], outcomes(s)) == ("race", ["loaded", "missing"])  # node 1's disk has no file
+    assert sorted(p.name for p in (run.dir / "nodes").iterdir()) == ["node0", "node1"]
+    assert sorted(p.name for p in (run.dir / "events").glob("*.jsonl")) == \
+        ["launcher-node0.jsonl", "launcher-node1.jsonl", "launcher.jsonl", "rank0.jsonl", "rank1.jsonl"]
+    starts = {e["rank"]: e for e in run.events if e["event"] == "rank_start"}
+    assert (starts[0]["node"], starts[1]["node"]) == (0, 1)
+    assert (run.dir / "models/node0/best.pth").exists() and not (run.dir / "models/node1/best.pth").exists()
+    assert not processes_tagged(str(run.dir))  # both agents and every rank are gone
+
+    for fix in ("broadcast", "save_on_each_node"):
+        run = train("scenario=no_shared_fs", f"callback={fix}", "world_size=2", "expect=clean")
+        assert run.rc == 0, run.out[-3000:]
+        assert run.summary["replicas"] == "agree"
+        assert len({r["final_digest"] for r in run.summary["ranks"]}) == 1
+        assert not processes_tagged(str(run.dir))
+
+
+def test_two_nodes_started_by_hand_then_merged_give_the_one_host_verdict(tmp_path, train):
+    port, rid = free_port(), f"test-{time.time_ns()}"
+    common = ["callback=barrier", "world_size=2", "nnodes=2", f"rdzv.endpoint=127.0.0.1:{port}", f"rdzv.id={rid}",
+              "checkpoint.node_local=true", f"checkpoint.dir={tmp_path / 'disks'}"]
+    dirs = [tmp_path / f"vm{k}" for k in range(2)]
+    procs = [node(d, str(tmp_path), *common, f"node_rank={k}") for k, d in enumerate(dirs)]
+    outs = [finish(p) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[-2000:] for o in outs]
+    for k, d in enumerate(dirs):
+        n = json.loads((d / "node_summary.json").read_text())
+        assert (n["node_rank"], n["status"], n["rdzv"]["id"]) == (k, "ok", rid)
+        assert not (d / "summary.json").exists()  # a node alone has no verdict
+    assert "python -m train.report --merge" in outs[0]
+
+    merged = tmp_path / "merged"
+    proc = subprocess.run([sys.executable, "-m", "train.report", "--merge", *map(str, dirs), "--out", str(merged)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads((merged / "summary.json").read_text())
+    one_host = train("scenario=no_shared_fs", "callback=barrier", "world_size=2").summary
+    assert (s["verdict"], outcomes(s)) == (one_host["verdict"], outcomes(one_host)) == ("race", ["loaded", "missing"])
+    assert [n["node_rank"] for n in s["nodes"]] == [0, 1]
+    assert not processes_tagged(str(tmp_path))
+
+    # dirs of different runs are refused with one line
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "node_summary.json").write_text(json.dumps({**json.loads((dirs[1] / "node_summary.json").read_text()),
+                                                         "rdzv": {"id": "another-run", "endpoint": "x:1"}}))
+    proc = subprocess.run([sys.executable, "-m", "train.report", "--merge", str(dirs[0]), str(other), "--out",
+                           str(tmp_path / "m2")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {other}: rdzv.id='another-run', but {dirs[0]} has '{rid}': these dirs belong to different runs"]
+    assert not (tmp_path / "m2").exists()
+
+
+def test_an_interrupted_node_leaves_nothing_and_the_other_ends_by_its_timeout(tmp_path):
+    port, rid = free_port(), f"test-{time.time_ns()}"
+    common = ["callback=barrier", "world_size=2", "nnodes=2", f"rdzv.endpoint=127.0.0.1:{port}", f"rdzv.id={rid}",
+              "checkpoint.node_local=true", f"checkpoint.dir={tmp_path / 'disks'}", "skew.rank=1",
+              "skew.seconds=120", "timeout.collective_s=10"]
+    dirs = [tmp_path / f"vm{k}" for k in range(2)]
+    procs = [node(d, str(tmp_path), *common, f"node_rank={k}") for k, d in enumerate(dirs)]
+    deadline = time.time() + 180
+    while time.time() < deadline:  # rank 0 waits at the barrier, rank 1 (node 1) sleeps in its skew
+        waiting = [p for p in (d / "events" / f"rank{r}.jsonl" for r, d in enumerate(dirs)) if p.exists()]
+        if len(waiting) == 2 and '"sync_enter"' in waiting[0].read_text() and '"skew_start"' in waiting[1].read_text():
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the ranks never got to the barrier and the skew: " + finish(procs[0], 5)[-2000:])
+    procs[1].send_signal(signal.SIGINT)  # Ctrl-C on node 1's launcher
+    stopped = time.time()
+    outs = [finish(p, timeout=10 + 60) for p in procs]
+    assert time.time() - stopped < 10 + 10 + 30, "node 0 did not end by its timeout"
+    assert procs[1].returncode == 130, outs[1][-2000:]
+    assert not processes_tagged(str(tmp_path))
+
+    merged = tmp_path / "merged"
+    subprocess.run([sys.executable, "-m", "train.report", "--merge", *map(str, dirs), "--out", str(merged)],
+                   cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    s = json.loads((merged / "summary.json").read_text())
+    assert s["verdict"] == "interrupted"
+    assert s["ranks"][0]["outcome"] in ("aborted", "timeout")
+
+
+def test_a_slurm_sweep_composes_to_one_launcher_per_node(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "train", "-m", "hydra/launcher=slurm", "nnodes=2", "world_size=4",
+                           "--cfg", "hydra"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "_target_: hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher" in proc.stdout
+    assert "nodes: 2" in proc.stdout and "tasks_per_node: 1" in proc.stdout
