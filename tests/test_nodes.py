@@ -11,8 +11,6 @@ import pytest
 
 from conftest import ROOT, processes_tagged, tagged_env
 
-pytestmark = pytest.mark.slow
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -37,6 +35,7 @@ def outcomes(summary):
     return [r["outcome"] for r in summary["ranks"]]
 
 
+@pytest.mark.slow
 def test_no_shared_fs_on_one_host_barrier_loses_and_broadcast_and_save_on_each_node_hold(train):
     run = train("scenario=no_shared_fs", "callback=barrier", "world_size=2")
     assert run.rc == 0, run.out[-3000:]
@@ -58,6 +57,7 @@ def test_no_shared_fs_on_one_host_barrier_loses_and_broadcast_and_save_on_each_n
         assert not processes_tagged(str(run.dir))
 
 
+@pytest.mark.slow
 def test_two_nodes_started_by_hand_then_merged_give_the_one_host_verdict(tmp_path, train):
     port, rid = free_port(), f"test-{time.time_ns()}"
     common = ["callback=barrier", "world_size=2", "nnodes=2", f"rdzv.endpoint=127.0.0.1:{port}", f"rdzv.id={rid}",
@@ -95,6 +95,7 @@ def test_two_nodes_started_by_hand_then_merged_give_the_one_host_verdict(tmp_pat
     assert not (tmp_path / "m2").exists()
 
 
+@pytest.mark.slow
 def test_an_interrupted_node_leaves_nothing_and_the_other_ends_by_its_timeout(tmp_path):
     port, rid = free_port(), f"test-{time.time_ns()}"
     common = ["callback=barrier", "world_size=2", "nnodes=2", f"rdzv.endpoint=127.0.0.1:{port}", f"rdzv.id={rid}",
@@ -125,9 +126,37 @@ def test_an_interrupted_node_leaves_nothing_and_the_other_ends_by_its_timeout(tm
     assert s["ranks"][0]["outcome"] in ("aborted", "timeout")
 
 
-def test_a_slurm_sweep_composes_to_one_launcher_per_node(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "train", "-m", "hydra/launcher=slurm", "nnodes=2", "world_size=4",
-                           "--cfg", "hydra"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "_target_: hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher" in proc.stdout
-    assert "nodes: 2" in proc.stdout and "tasks_per_node: 1" in proc.stdout
+def test_a_slurm_sweep_composes_to_one_launcher_per_node_and_the_sbatch_it_would_submit(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    import train.config  # noqa: F401  (the schema)
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["hydra/launcher=slurm", "nnodes=2", "world_size=4",
+                                                      "hydra.launcher.partition=gpu"], return_hydra_config=True)
+    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
+    assert launcher["_target_"] == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    nodes = OmegaConf.select(cfg, "hydra.launcher.nodes")  # ${nnodes}, resolved against the job's config
+    assert (nodes, launcher["tasks_per_node"]) == (2, 1)
+    sbatch = _make_sbatch_string(command="python -m submitit.core._submit DIR", folder=tmp_path, nodes=nodes,
+                                 ntasks_per_node=launcher["tasks_per_node"], cpus_per_task=launcher["cpus_per_task"],
+                                 partition=launcher["partition"], time=launcher["timeout_min"])
+    assert "#SBATCH --nodes=2" in sbatch and "#SBATCH --ntasks-per-node=1" in sbatch
+    assert "#SBATCH --partition=gpu" in sbatch and "export SUBMITIT_EXECUTOR=slurm" in sbatch
+    assert "\nsrun " in sbatch  # one task, one launcher, on each node
+
+
+def test_inside_a_slurm_task_the_launcher_takes_its_node_and_the_rendezvous_from_the_allocation(monkeypatch):
+    from test_config import composed
+    from train.nodes import from_slurm
+
+    cfg = composed("nnodes=2", "world_size=4")
+    assert from_slurm(cfg) is cfg  # not under Slurm: nothing changes
+    for key, value in {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "4242", "SLURM_NODEID": "1",
+                       "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NNODES": "2", "SLURM_PROCID": "1",
+                       "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "1"}.items():
+        monkeypatch.setenv(key, value)
+    got = from_slurm(cfg)
+    assert (got["node_rank"], got["rdzv"]) == (1, {"endpoint": "gpu07:29500", "id": "slurm-4242"})

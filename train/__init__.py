@@ -1,16 +1,23 @@
 """A lab for checkpoint save/load races in distributed training.
 
 The story, in reading order:
+  config.py    the schema: every key, its type, default, range and meaning, declared once
   launch.py    Hydra main: check the config, start the ranks with torch elastic, collect, summarise
-  plan.py      config checks and the device/backend choice (before any rank starts)
+  errors.py    Hydra's composition errors as one line
+  plan.py      rules across keys, the machine's limits, the device/backend choice (before any rank starts)
+  nodes.py     several nodes: a node's own record, the merge, one host standing in for several
   worker.py    one rank: data, learner, fit, and the save/load under test
-  callbacks.py the SaveModelCallback variants, which differ only in how they sync
+  preload.py   what the forkserver imports once, before it forks any rank
+  callbacks.py the fixes: SaveModelCallback variants that differ only in how they save, sync and load
+  faults.py    what goes wrong, placed on purpose at named points (configs/scenario/ picks them)
   fastai_gloo.py  the one adaptation that lets fastai's DDP run on CPU ranks over gloo
   events.py    each rank's append-only event log
   outcomes.py  pure functions: events -> what each rank saw -> verdict
   summary.py   summary.json, the environment, and the console table
   sweep.py     Hydra callback for -m: job k of n, then the report
-  report.py    runs -> report.csv, report.md and plots
+  report.py    runs -> report.csv, report.md and plots; --merge for several nodes' run dirs
+  matrix.py    a sweep's scenario x fix matrix: matrix.csv, matrix.md, matrix.png
+  stability.py the seed scenario N times per fix: how stable the verdicts are
   bench.py     wall time and launcher memory, recorded to a file
 """
 import warnings
