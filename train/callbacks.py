@@ -327,7 +327,14 @@ class DcpSaveModelCallback(RaceSaveModelCallback):
         state = {"model": self.best_state}
         if dist.get_rank() == 0:
             self.events.record("save_start", epoch=self.epoch, path=str(self.checkpoint))
-        dcp.save(state, checkpoint_id=str(self.checkpoint))
+        try:
+            dcp.save(state, checkpoint_id=str(self.checkpoint))
+        except Exception as e:  # e.g. the coordinator cannot read a peer's part: no shared filesystem
+            self.save_ok = False
+            if dist.get_rank() == 0:
+                self.events.record("save_error", epoch=self.epoch, **error_fields(e))
+            say(f"Save failed: {type(e).__name__}: {e}")
+            return
         if dist.get_rank() == 0:
             self.save_ok = True
             self.events.record("save_end", epoch=self.epoch, path=str(self.checkpoint),

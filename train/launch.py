@@ -7,6 +7,7 @@ import atexit
 import errno
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import socket
@@ -87,7 +88,7 @@ def stop_forkserver():
         getattr(helper, "_stop", lambda: None)()
 
 
-def failure_message(failure) -> str:
+def failure_message(failure, log: Path = None) -> str:
     """One line on how a rank died: its exception type and first line where it left one (the
     traceback stays in its log), else its exit code or signal."""
     if failure.error_file and os.path.isfile(failure.error_file):
@@ -99,18 +100,36 @@ def failure_message(failure) -> str:
             return lines[0][:300]
     if failure.exitcode < 0:
         return f"killed by {failure.signal_name()}"
-    return f"exit code {failure.exitcode}"
+    raised = last_exception_line(log) if log else None
+    return raised or f"exit code {failure.exitcode}"
 
 
-def failure_log(failure, run_dir: Path) -> str:
-    """The rank's stderr log (its traceback), relative to the run dir."""
-    if not failure.error_file:
-        return ""
-    log = Path(failure.error_file).parent / "stderr.log"
+def last_exception_line(log: Path):
+    """The `SomeError: message` line that ends a traceback in a rank's stderr log, if there is one."""
     try:
-        return str(log.relative_to(run_dir))
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = [line for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception|Interrupt)\b:?", line)]
+    return found[-1][:300] if found else None
+
+
+def failure_log(failure, run_dir: Path):
+    """The rank's stderr log (its traceback): beside its error file, else where torch elastic keeps
+    that local rank's logs in this run dir."""
+    if failure.error_file and os.path.isfile(failure.error_file):
+        return Path(failure.error_file).parent / "stderr.log"
+    found = sorted((run_dir / "logs").glob(f"*/attempt_*/{failure.local_rank}/stderr.log"))
+    return found[-1] if found else None
+
+
+def relative(path, run_dir: Path) -> str:
+    if path is None:
+        return ""
+    try:
+        return str(Path(path).relative_to(run_dir))
     except ValueError:
-        return str(log)
+        return str(path)
 
 
 def _raise_signal_exception(signum, frame):
@@ -170,8 +189,9 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
         return "ok"
     except ChildFailedError as e:
         for rank, failure in sorted(e.failures.items()):
+            log = failure_log(failure, run_dir)
             events.record("rank_failed", failed_rank=rank, exitcode=failure.exitcode,
-                          message=failure_message(failure), log=failure_log(failure, run_dir))
+                          message=failure_message(failure, log), log=relative(log, run_dir))
         return "failed"
     except SignalException as e:
         if fired.is_set():
