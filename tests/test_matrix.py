@@ -10,19 +10,22 @@ from PIL import Image
 from conftest import ROOT, processes_tagged, tagged_env
 
 R, C, SF, NA = "race", "clean", "save_failed", "n/a"
-FIXES = ["unsynced", "barrier", "poll", "atomic", "agreed", "broadcast", "dcp"]
+FIXES = ["unsynced", "barrier", "poll", "atomic", "agreed", "broadcast", "dcp", "save_on_each_node"]
 # scenario -> one (verdict, dominant outcomes) per fix, in FIXES' order
 EXPECTED = {
-    "seed": [(R, "missing"), (C, ""), (C, ""), (C, ""), (C, ""), (C, ""), (C, "")],
-    "stale": [(R, "stale"), (C, ""), (R, "stale"), (R, "stale"), (C, ""), (C, ""), (C, "")],
-    "torn": [(R, "corrupt"), (C, ""), (R, "corrupt"), (C, ""), (C, ""), (C, ""), (NA, "")],
+    "seed": [(R, "missing"), (C, ""), (C, ""), (C, ""), (C, ""), (C, ""), (C, ""), (C, "")],
+    "stale": [(R, "stale"), (C, ""), (R, "stale"), (R, "stale"), (C, ""), (C, ""), (C, ""), (C, "")],
+    "torn": [(R, "corrupt"), (C, ""), (R, "corrupt"), (C, ""), (C, ""), (C, ""), (NA, ""), (C, "")],
     "skip_if_missing": [(R, "skipped"), (R, "timeout, skipped"), (C, ""), (C, ""), (C, ""), (R, "timeout, skipped"),
-                        (C, "")],
+                        (C, ""), (R, "timeout, skipped")],
     "disagree": [(R, "skipped"), (R, "timeout, skipped"), (R, "skipped"), (R, "skipped"), (C, ""),
-                 (R, "timeout, skipped"), (C, "")],
+                 (R, "timeout, skipped"), (C, ""), (R, "timeout, skipped")],
     "save_fails": [(R, "corrupt, missing"), (R, "corrupt"), (R, "corrupt"), (R, "timeout"), (SF, "skipped"),
-                   (R, "corrupt"), (NA, "")],
-    "many_writers": [(R, "corrupt"), (R, "corrupt"), (R, "corrupt"), (C, ""), (C, ""), (C, ""), (C, "")],
+                   (R, "corrupt"), (NA, ""), (R, "corrupt")],
+    "many_writers": [(R, "corrupt"), (R, "corrupt"), (R, "corrupt"), (C, ""), (C, ""), (C, ""), (C, ""),
+                     (R, "corrupt")],
+    "no_shared_fs": [(R, "missing"), (R, "missing"), (R, "timeout"), (R, "timeout"), (R, "missing"), (C, ""), (NA, ""),
+                     (C, "")],
 }
 
 
@@ -103,6 +106,13 @@ def test_matrix_cells_say_what_each_rank_ended_with(matrix):
     written = [json.loads(line) for line in (sweep.glob("*-many_writers-unsynced-*/events/rank1.jsonl").__next__())
                .read_text().splitlines()]
     assert any(e["event"] == "save_end" for e in written)
+
+    # no_shared_fs: node 1's disk never had the file; rank 0 reading and sending it holds
+    s = runs[("no_shared_fs", "barrier")]
+    assert [r["outcome"] for r in s["ranks"]] == ["loaded", "missing"]
+    assert sorted(p.name for p in (sweep / next(p.name for p in sweep.iterdir() if "no_shared_fs-barrier" in p.name)
+                                   / "nodes").iterdir()) == ["node0", "node1"]
+    assert runs[("no_shared_fs", "broadcast")]["replicas"] == "agree"
 
     # n/a pairs are recorded with their reason, not run
     s = runs[("torn", "dcp")]
