@@ -61,15 +61,15 @@ def test_no_shared_fs_on_one_host_barrier_loses_and_broadcast_and_save_on_each_n
 def test_two_nodes_started_by_hand_then_merged_give_the_one_host_verdict(tmp_path, train):
     port, rid = free_port(), f"test-{time.time_ns()}"
     common = ["callback=barrier", "world_size=2", "nnodes=2", f"rdzv.endpoint=127.0.0.1:{port}", f"rdzv.id={rid}",
-              "checkpoint.node_local=true", f"checkpoint.dir={tmp_path / 'disks'}"]
-    dirs = [tmp_path / f"vm{k}" for k in range(2)]
-    procs = [node(d, str(tmp_path), *common, f"node_rank={k}") for k, d in enumerate(dirs)]
+              "checkpoint.node_local=true", f"checkpoint.dir={tmp_path / 'disks'}", "timeout.collective_s=15"]
+    procs = [node(tmp_path / f"vm{k}", str(tmp_path), *common, f"node_rank={k}") for k in range(2)]
+    dirs = [tmp_path / f"vm{k}/nodes/node{k}" for k in range(2)]  # each machine's own runs/, copied back
     outs = [finish(p) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[-2000:] for o in outs]
     for k, d in enumerate(dirs):
         n = json.loads((d / "node_summary.json").read_text())
         assert (n["node_rank"], n["status"], n["rdzv"]["id"]) == (k, "ok", rid)
-        assert not (d / "summary.json").exists()  # a node alone has no verdict
+        assert not (d.parent.parent / "summary.json").exists()  # a node alone has no verdict
     assert "python -m train.report --merge" in outs[0]
 
     merged = tmp_path / "merged"
@@ -101,21 +101,23 @@ def test_an_interrupted_node_leaves_nothing_and_the_other_ends_by_its_timeout(tm
     common = ["callback=barrier", "world_size=2", "nnodes=2", f"rdzv.endpoint=127.0.0.1:{port}", f"rdzv.id={rid}",
               "checkpoint.node_local=true", f"checkpoint.dir={tmp_path / 'disks'}", "skew.rank=1",
               "skew.seconds=120", "timeout.collective_s=10"]
-    dirs = [tmp_path / f"vm{k}" for k in range(2)]
-    procs = [node(d, str(tmp_path), *common, f"node_rank={k}") for k, d in enumerate(dirs)]
+    procs = [node(tmp_path / f"vm{k}", str(tmp_path), *common, f"node_rank={k}") for k in range(2)]
+    dirs = [tmp_path / f"vm{k}/nodes/node{k}" for k in range(2)]
     deadline = time.time() + 180
-    while time.time() < deadline:  # rank 0 waits at the barrier, rank 1 (node 1) sleeps in its skew
-        waiting = [p for p in (d / "events" / f"rank{r}.jsonl" for r, d in enumerate(dirs)) if p.exists()]
-        if len(waiting) == 2 and '"sync_enter"' in waiting[0].read_text() and '"skew_start"' in waiting[1].read_text():
+    while time.time() < deadline:  # rank 0 waits at the barrier, rank 1 sleeps in its skew
+        found = {p.name: p for d in dirs for p in (d / "events").glob("rank*.jsonl")}
+        if {"rank0.jsonl", "rank1.jsonl"} <= set(found) and '"sync_enter"' in found["rank0.jsonl"].read_text() \
+                and '"skew_start"' in found["rank1.jsonl"].read_text():
             break
         time.sleep(0.2)
     else:
         pytest.fail("the ranks never got to the barrier and the skew: " + finish(procs[0], 5)[-2000:])
-    procs[1].send_signal(signal.SIGINT)  # Ctrl-C on node 1's launcher
+    late = next(k for k, d in enumerate(dirs) if (d / "events/rank1.jsonl").exists())  # c10d chose its node
+    procs[late].send_signal(signal.SIGINT)  # Ctrl-C on the launcher of the node that holds rank 1
     stopped = time.time()
     outs = [finish(p, timeout=10 + 60) for p in procs]
-    assert time.time() - stopped < 10 + 10 + 30, "node 0 did not end by its timeout"
-    assert procs[1].returncode == 130, outs[1][-2000:]
+    assert time.time() - stopped < 10 + 10 + 30, "the other node did not end by its timeout"
+    assert procs[late].returncode == 130, outs[late][-2000:]
     assert not processes_tagged(str(tmp_path))
 
     merged = tmp_path / "merged"

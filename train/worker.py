@@ -37,15 +37,18 @@ def epoch_table(learn):
 
 
 def checkpoint_dir(cfg: dict) -> str:
-    """Where this rank's node keeps checkpoints: one folder for all, or each node its own (its own disk)."""
+    """Where this rank's node keeps checkpoints: one folder for all, or each node its own (its own disk).
+    A node is the rendezvous' (GROUP_RANK: the node that holds global rank 0 is node 0), which c10d
+    assigns without regard to the launcher's node_rank."""
     folder = cfg["checkpoint"]["dir"]
-    return f"{folder}/node{cfg['node_rank']}" if cfg["checkpoint"]["node_local"] else folder
+    return f"{folder}/node{os.environ.get('GROUP_RANK', 0)}" if cfg["checkpoint"]["node_local"] else folder
 
 
 def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     events = EventLog(run_dir, rank)
-    events.record("rank_start", pid=os.getpid(), host=socket.gethostname(), node=cfg["node_rank"],
+    events.record("rank_start", pid=os.getpid(), host=socket.gethostname(), node=int(os.environ.get("GROUP_RANK", 0)),
+                  launcher_node_rank=cfg["node_rank"],
                   device=plan["device"], backend=plan["backend"])
 
     if plan["device"] == "cuda":
