@@ -294,7 +294,7 @@ def test_make_up_nodes_cpu_two_containers_race_for_a_checkpoint_only_node0s_volu
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert f"  {run_dir.relative_to(ROOT)}/" in lines  # make names the one run dir
-    summaries = sorted(runs_dir.rglob("summary.json"))
+    summaries = sorted(run_dir.rglob("summary.json"))
     assert summaries == [run_dir / "summary.json"]  # one verdict for both nodes, merged by node 0
     summary = json.loads(summaries[0].read_text())
     assert summary["verdict"] == "race", summary.get("explanation")
