@@ -75,7 +75,7 @@ clean: ## remove runs/ (results) and caches; keeps .venv
 # from compose.yaml. On a GPU host: make build && make up GPUS=3. Runs land in ./runs as local ones do.
 # The up targets build the image only when it is missing (NO_BUILD=1: never; make build: always), fail
 # when Compose or the run fails, and remove their container at the end.
-.PHONY: build up up-cpu sweep-container sweep-container-cpu down logs smoke-gpu
+.PHONY: build up up-cpu sweep-container sweep-container-cpu up-nodes up-nodes-cpu down logs smoke-gpu
 
 # GPUS: how many GPUs (and ranks) for up, sweep-container and smoke-gpu; default: all of this host's.
 GPUS     ?= $(shell timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
@@ -106,7 +106,7 @@ TRAIN_ARGS = $(strip $(if $(CALLBACK),callback=$(CALLBACK)) $(RUN_ARGS))
 quote      = '$(subst ','\'',$(1))'
 COMPOSE    = HOST_UID=$(HOST_UID) HOST_GID=$(HOST_GID) IMAGE_TAG=$(IMAGE_TAG) MEMLOCK=$(call quote,$(MEMLOCK)) \
 	GIT_SHA=$(GIT_SHA) GIT_DIRTY=$(GIT_DIRTY) LOCK_SHA256=$(LOCK_SHA256) $(if $(BASE_IMAGE),BASE_IMAGE=$(BASE_IMAGE)) docker compose
-PROFILES   = --profile cpu --profile sweep
+PROFILES   = --profile cpu --profile sweep --profile nodes --profile nodes-cpu
 CHECK      = IMAGE=$(IMAGE) bash docker/check-host.sh
 SMOKE_DIR := runs/smoke-gpu/$(NOW)
 
@@ -161,13 +161,60 @@ sweep-container-cpu: ## the same multirun on CPU ranks over gloo, no GPU needed 
 	$(call compose_up,sweep-cpu,SWEEP=$(call quote,$(SWEEP)) ARGS=$(call quote,$(ARGS)),--profile cpu)
 	@$(call results,report.md)
 
-down: ## remove the containers of up, up-cpu and sweep-container (./runs stays)
+down: ## remove the containers of up, up-cpu, sweep-container and up-nodes (./runs stays)
 	@$(CHECK) compose
 	$(COMPOSE) $(PROFILES) down --remove-orphans
 
 logs: ## the containers' output (launcher and every rank), following while they run
 	@$(CHECK) compose
 	$(COMPOSE) $(PROFILES) logs --follow --timestamps
+
+# Two nodes without a shared filesystem, each a container with its own checkpoint volume (compose.yaml's
+# node0/node1, or node0-cpu/node1-cpu), ./runs shared: the race of scenario=no_shared_fs between real
+# containers. GPUS_PER_NODE: the GPUs (and ranks) of each node; node 0 gets the first, node 1 the next.
+# NODES_NETWORK=host: both on the host's network, the rendezvous at 127.0.0.1:RDZV_PORT (docker/compose.host-network.yaml).
+GPUS_PER_NODE ?= 1
+NODES_CALLBACK = $(or $(CALLBACK),barrier)
+NODES_NETWORK ?=
+RDZV_PORT     ?= 29400
+NODES_RUN     ?= $(NOW)
+NODES_COMPOSE  = $(COMPOSE)$(if $(filter host,$(NODES_NETWORK)), -f compose.yaml -f docker/compose.host-network.yaml)
+NODES_VARS     = NODES_RUN=$(call quote,$(NODES_RUN)) RDZV_PORT=$(call quote,$(RDZV_PORT)) \
+	$(if $(filter host,$(NODES_NETWORK)),RDZV_HOST=127.0.0.1) ARGS=$(call quote,$(strip callback=$(NODES_CALLBACK) $(RUN_ARGS)))
+# $(1): the profile, $(2): node 0's and node 1's services, $(3): more variables for Compose. Runs both to
+# their end; exits with Compose's failure, else the worse of the nodes' exit codes. Then lists what each
+# node's volume holds and removes both containers and both volumes, whatever happened.
+nodes_up = case '$(NODES_NETWORK)' in ''|host) ;; *) echo "error: NODES_NETWORK=$(NODES_NETWORK): empty (Compose's \
+	network) or host" >&2; exit 2 ;; esac; \
+	$(NODES_VARS) $(3) $(NODES_COMPOSE) --profile $(1) up --no-build --force-recreate $(2); rc=$$?; \
+	codes=$$($(NODES_VARS) $(3) $(NODES_COMPOSE) --profile $(1) ps --all --format '{{.ExitCode}}' $(2)); \
+	set -- $$codes; [ $$rc -ne 0 ] || [ $$\# -eq 2 ] || { echo "error: Compose exited 0 but the node containers" \
+		"are gone" >&2; rc=1; }; \
+	for code in $$codes; do [ "$$code" -le "$$rc" ] || rc=$$code; done; \
+	for node in $(2); do \
+		files=$$($(NODES_VARS) $(3) $(NODES_COMPOSE) --profile $(1) run --rm --no-deps -T --entrypoint find $$node \
+			/checkpoints -type f 2>/dev/null); \
+		echo "$$node's own disk (its volume, /checkpoints): $${files:-no checkpoint}"; done; \
+	$(NODES_VARS) $(3) $(NODES_COMPOSE) --profile $(1) down --volumes $(2) >/dev/null 2>&1; exit $$rc
+
+up-nodes: ## two nodes, two containers, no shared disk: make up-nodes GPUS_PER_NODE=1 [CALLBACK=broadcast SKEW= EPOCHS= ARGS=]
+	@case '$(GPUS_PER_NODE)' in ''|*[!0-9]*|0) echo "error: GPUS_PER_NODE=$(GPUS_PER_NODE): must be a whole" \
+		"number >= 1 (the GPUs, one rank each, of each of the two nodes)" >&2; exit 1 ;; esac
+	@$(CHECK) compose nvidia gpus=$$((2 * $(GPUS_PER_NODE)))
+	@mkdir -p runs
+	@$(call ensure_image,train)
+	@$(CHECK) memlock=$(MEMLOCK)
+	$(call nodes_up,nodes,node0 node1,NODES_WORLD_SIZE=$$((2 * $(GPUS_PER_NODE))) \
+		NODE0_GPUS=$$(seq -s, 0 $$(($(GPUS_PER_NODE) - 1))) \
+		NODE1_GPUS=$$(seq -s, $(GPUS_PER_NODE) $$((2 * $(GPUS_PER_NODE) - 1))))
+	@$(call results,summary.json)
+
+up-nodes-cpu: ## the same two nodes on CPU ranks over gloo, no GPU needed [CALLBACK= NODES_NETWORK=host ARGS=]
+	@$(CHECK) compose
+	@mkdir -p runs
+	@$(call ensure_image,cpu)
+	$(call nodes_up,nodes-cpu,node0-cpu node1-cpu)
+	@$(call results,summary.json)
 
 smoke-gpu: install ## GPU host, no container: seed scenario over NCCL on GPUS GPUs (default all), both variants
 	@$(CHECK) gpus=$(GPUS)

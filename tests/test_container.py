@@ -32,7 +32,9 @@ DOCKERFILE = ROOT / "docker" / "Dockerfile"
 NCCL_PASSTHROUGH = ["NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE",
                     "NCCL_P2P_DISABLE", "NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"]
 MAKE = shutil.which("make") or "make"
-CONTAINER_TARGETS = ["build", "up", "up-cpu", "down", "logs", "sweep-container", "smoke-gpu"]
+CONTAINER_TARGETS = ["build", "up", "up-cpu", "down", "logs", "sweep-container", "smoke-gpu", "up-nodes",
+                     "up-nodes-cpu"]
+HOST_NETWORK_FILE = ROOT / "docker" / "compose.host-network.yaml"
 
 
 # --- helpers -------------------------------------------------------------------------------------------
@@ -51,9 +53,10 @@ def clean_env(**variables) -> dict:
     return {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), **variables}
 
 
-def render(variables=None, profiles=(), compose_file=COMPOSE_FILE, check=True):
+def render(variables=None, profiles=(), compose_file=COMPOSE_FILE, check=True, overrides=()):
     """`docker-compose config --format json` with exactly these variables: the model Compose would run."""
-    args = [str(compose_binary()), "-f", str(compose_file), "--project-directory", str(ROOT)]
+    args = [str(compose_binary()), "-f", str(compose_file), *[a for f in overrides for a in ("-f", str(f))],
+            "--project-directory", str(ROOT)]
     for p in profiles:
         args += ["--profile", p]
     proc = subprocess.run([*args, "config", "--format", "json"], capture_output=True, text=True, timeout=60,
@@ -328,7 +331,7 @@ def test_make_n_smoke_gpu_runs_both_variants_over_nccl_then_compares():
 # --- what the targets say on a host that lacks something (stand-ins for docker and nvidia-smi) ----------
 
 STUB_TOOLS = ["bash", "sh", "timeout", "grep", "head", "id", "git", "sha256sum", "cut", "mkdir", "sleep", "cat",
-              "env", "date", "find", "sort", "awk", "df"]
+              "env", "date", "find", "sort", "awk", "df", "seq"]
 
 
 def host(tmp_path, docker=None, nvidia_smi=None):
@@ -551,3 +554,180 @@ def test_base_image_is_a_build_arg_only_when_given():
 
 def test_dockerfile_has_no_syntax_directive_that_would_fetch_a_frontend_image():
     assert not re.search(r"^#\s*syntax\s*=", DOCKERFILE.read_text(), re.MULTILINE | re.IGNORECASE)
+
+
+# --- two nodes: compose.yaml's node services, docker/compose.host-network.yaml, make up-nodes[-cpu] -------
+
+NODE_SERVICES = {"nodes": ("node0", "node1"), "nodes-cpu": ("node0-cpu", "node1-cpu")}
+
+
+def node_cfgs(command_0, command_1):
+    """Each node's command as Hydra composes it, with its hydra.* overrides apart: [(cfg, {hydra key: value})]."""
+    out = []
+    for command in (command_0, command_1):
+        hydra_keys = dict(w.split("=", 1) for w in command if w.startswith("hydra."))
+        out.append((hydra_cfg([w for w in command if not w.startswith("hydra.")]), hydra_keys))
+    return out
+
+
+def test_the_host_network_override_passes_the_compose_spec_schema():
+    proc = schema_check(HOST_NETWORK_FILE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_nodes_cpu_two_nodes_of_one_run_each_with_its_own_checkpoint_volume_and_runs_shared():
+    model = render({"NODES_RUN": "r1", "ARGS": "callback=barrier epochs=1"}, profiles=["nodes-cpu"])
+    services = model["services"]
+    assert set(NODE_SERVICES["nodes-cpu"]) <= set(services) and not set(NODE_SERVICES["nodes"]) & set(services)
+    node0, node1 = (services[s] for s in NODE_SERVICES["nodes-cpu"])
+    runs_bind = services["train"]["volumes"][0]
+    volumes = []
+    for k, node in enumerate((node0, node1)):
+        assert "deploy" not in node and "ipc" not in node
+        assert node["hostname"] == f"node{k}-cpu"  # the rendezvous orders nodes by address: node0 gets rank 0
+        bind, volume = node["volumes"]
+        assert bind == runs_bind  # the records: one ./runs for both nodes
+        assert (volume["type"], volume["target"]) == ("volume", "/checkpoints")
+        volumes.append(volume["source"])
+    assert volumes == ["node0-checkpoints", "node1-checkpoints"]  # each its own disk
+    assert set(model["volumes"]) == set(volumes)
+
+    (cfg0, hydra0), (cfg1, hydra1) = node_cfgs(node0["command"], node1["command"])
+    assert hydra0 == hydra1 == {"hydra.run.dir": "runs/nodes/r1"}  # one run dir: node 0 merges the records
+    for k, cfg in enumerate((cfg0, cfg1)):
+        assert (cfg.nnodes, cfg.node_rank, cfg.world_size, cfg.device) == (2, k, 2, "cpu")
+        assert (cfg.rdzv.endpoint, cfg.rdzv.id) == ("node0-cpu:29400", "r1")
+        assert (cfg.checkpoint.dir, cfg.checkpoint.node_local) == ("/checkpoints", True)
+        assert cfg.launch.all_nodes_here is False  # one node per container, not both agents in one
+        assert (cfg.callback.name, cfg.epochs) == ("barrier", 1)
+    assert hydra_cfg(["scenario=no_shared_fs"]).timeout.collective_s == cfg0.timeout.collective_s
+
+
+def test_nodes_gpu_gives_each_node_its_own_gpus_and_ranks_over_nccl():
+    model = render({"NODES_RUN": "r2", "NODES_WORLD_SIZE": "4", "NODE0_GPUS": "0,1", "NODE1_GPUS": "2,3",
+                    "RDZV_PORT": "29555"}, profiles=["nodes"])
+    node0, node1 = (model["services"][s] for s in NODE_SERVICES["nodes"])
+    for node, gpus in ((node0, ["0,1"]), (node1, ["2,3"])):
+        # device_ids, not count: count picks the first GPUs, so both nodes would share them
+        assert node["deploy"]["resources"]["reservations"]["devices"] == [
+            {"driver": "nvidia", "device_ids": gpus, "capabilities": ["gpu"]}]
+        assert node["ipc"] == "host" and node["ulimits"]["memlock"] == -1
+    assert node0["volumes"][1]["source"] != node1["volumes"][1]["source"]
+    for k, (cfg, hydra_keys) in enumerate(node_cfgs(node0["command"], node1["command"])):
+        assert (cfg.nnodes, cfg.node_rank, cfg.world_size, cfg.device) == (2, k, 4, "cuda")
+        assert (cfg.rdzv.endpoint, cfg.rdzv.id) == ("node0:29555", "r2")
+        assert hydra_keys == {"hydra.run.dir": "runs/nodes/r2"}
+    defaults = render({}, profiles=["nodes"])["services"]
+    assert [defaults[s]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
+            for s in NODE_SERVICES["nodes"]] == [["0"], ["1"]]
+
+
+def test_host_network_puts_both_nodes_on_loopback_each_at_its_own_address():
+    model = render({"RDZV_HOST": "127.0.0.1", "RDZV_PORT": "29600"}, profiles=["nodes", "nodes-cpu"],
+                   overrides=[HOST_NETWORK_FILE])
+    for profile, (name0, name1) in NODE_SERVICES.items():
+        hosts = []
+        for name in (name0, name1):
+            node = model["services"][name]
+            assert node["network_mode"] == "host" and "networks" not in node
+            extra = dict(h.split("=", 1) for h in node["extra_hosts"])
+            assert set(extra) == {name0, name1} and len(set(extra.values())) == 2
+            assert all(a.startswith("127.") for a in extra.values())
+            hosts.append(extra)
+            assert f"rdzv.endpoint=127.0.0.1:29600" in node["command"]
+        assert hosts[0] == hosts[1]
+    assert "network_mode" not in model["services"]["train"]
+
+
+NODES_STUB = DOCKER_OK + """case " $* " in
+  *" up "*) env | grep -E '^(NODE|RDZV|ARGS=|HOST_UID|IMAGE_TAG)' | sort > "$DOCKER_LOG.up-env" ;;
+  *" ps --all "*) printf '%s\\n' ${STUB_EXIT_CODES-0 0} ;;
+  *" run --rm "*node0*) echo /checkpoints/node0/best.pth ;;
+esac
+"""
+
+
+def up_env(env) -> dict:
+    return dict(line.split("=", 1) for line in Path(env["DOCKER_LOG"] + ".up-env").read_text().splitlines())
+
+
+def test_make_up_nodes_cpu_runs_both_nodes_lists_their_disks_then_removes_containers_and_volumes(
+        tmp_path, stub_run_dir):
+    env = {**host(tmp_path, NODES_STUB), "STUB_RUN_DIR": str(stub_run_dir)}
+    proc = make("up-nodes-cpu", "EPOCHS=1", env=env)
+    assert proc.returncode == 0, proc.stderr
+    calls = docker_calls(env)
+    up = [i for i, c in enumerate(calls) if "compose --profile nodes-cpu up --no-build" in c]
+    down = [i for i, c in enumerate(calls) if "compose --profile nodes-cpu down --volumes node0-cpu node1-cpu" in c]
+    assert len(up) == 1 and len(down) == 1 and down[0] > up[0]
+    assert calls[up[0]].endswith(" node0-cpu node1-cpu")
+    assert not [c for c in calls if "--remove-orphans" in c]  # only its own two containers
+    variables = up_env(env)
+    assert variables["ARGS"] == "callback=barrier epochs=1"  # barrier by default: the race
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d", variables["NODES_RUN"])  # a new run and id per call
+    assert "RDZV_HOST" not in variables  # Compose's network: node0-cpu, the service
+    lines = proc.stdout.splitlines()
+    assert "node0-cpu's own disk (its volume, /checkpoints): /checkpoints/node0/best.pth" in lines
+    assert "node1-cpu's own disk (its volume, /checkpoints): no checkpoint" in lines
+    assert f"  runs/{stub_run_dir.name}/" in lines
+
+    Path(env["DOCKER_LOG"]).unlink()
+    proc = make("up-nodes-cpu", "CALLBACK=broadcast", "NODES_NETWORK=host", "RDZV_PORT=29700", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert [c for c in docker_calls(env) if "-f compose.yaml -f docker/compose.host-network.yaml --profile "
+                                              "nodes-cpu up" in c]
+    variables = up_env(env)
+    assert (variables["ARGS"], variables["RDZV_HOST"], variables["RDZV_PORT"]) == \
+        ("callback=broadcast", "127.0.0.1", "29700")
+
+
+@pytest.mark.parametrize("docker, extra, status", [
+    (NODES_STUB.replace('esac\ncase " $* " in', 'esac\ncase " $* " in\n  *" up "*) exit 1 ;;', 1), {}, 1),
+    (NODES_STUB, {"STUB_EXIT_CODES": "0 3"}, 3),  # node 1 failed: its exit code, though Compose exits 0
+    (NODES_STUB, {"STUB_EXIT_CODES": ""}, 1),     # no containers left to ask
+], ids=["compose-fails", "a-node-fails", "containers-gone"])
+def test_make_up_nodes_cpu_fails_when_compose_or_a_node_fails_and_still_cleans_up(
+        tmp_path, stub_run_dir, docker, extra, status):
+    env = {**host(tmp_path, docker), "STUB_RUN_DIR": str(stub_run_dir), **extra}
+    proc = make("up-nodes-cpu", env=env)
+    assert proc.returncode != 0
+    assert re.search(rf"\[Makefile:\d+: up-nodes-cpu\] Error {status}$", proc.stderr, re.MULTILINE), proc.stderr
+    assert "results" not in proc.stdout
+    assert [c for c in docker_calls(env) if "down --volumes node0-cpu node1-cpu" in c]
+
+
+def test_make_up_nodes_gives_node_0_the_first_gpus_and_node_1_the_next(tmp_path, stub_run_dir):
+    four = "".join(f'echo "GPU {i}: NVIDIA H100 (UUID: GPU-{i})"; ' for i in range(4)) + "\n"
+    env = {**host(tmp_path, NODES_STUB, four), "STUB_RUN_DIR": str(stub_run_dir)}
+    proc = make("up-nodes", "GPUS_PER_NODE=2", "CALLBACK=save_on_each_node", env=env)
+    assert proc.returncode == 0, proc.stderr
+    variables = up_env(env)
+    assert (variables["NODE0_GPUS"], variables["NODE1_GPUS"], variables["NODES_WORLD_SIZE"]) == ("0,1", "2,3", "4")
+    assert variables["ARGS"] == "callback=save_on_each_node"
+    calls = docker_calls(env)
+    assert [c for c in calls if "run --rm --network none --ulimit memlock=-1" in c]  # NCCL's memlock, as for up
+    assert [c for c in calls if "compose --profile nodes up --no-build --force-recreate node0 node1" in c]
+    model = render({k: v for k, v in variables.items() if k != "HOST_UID"}, profiles=["nodes"])
+    assert model["services"]["node1"]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["2,3"]
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("GPUS_PER_NODE=2", "GPUS=4 but this host has 2 GPU(s)"),  # two nodes of 2 on a host of 2
+    ("GPUS_PER_NODE=two", "GPUS_PER_NODE=two: must be a whole number >= 1"),
+    ("GPUS_PER_NODE=0", "GPUS_PER_NODE=0: must be a whole number >= 1"),
+], ids=["too-few-gpus", "not-a-number", "zero"])
+def test_make_up_nodes_on_a_host_that_lacks_gpus_says_so_in_one_line(tmp_path, setting, message):
+    env = host(tmp_path, NODES_STUB, TWO_GPUS)
+    proc = make("up-nodes", setting, env=env)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], proc.stderr
+    assert not [c for c in docker_calls(env) if " up " in f" {c} "]
+
+
+def test_nodes_network_must_be_empty_or_host(tmp_path):
+    env = host(tmp_path, NODES_STUB)
+    proc = make("up-nodes-cpu", "NODES_NETWORK=bridge", env=env)
+    assert proc.returncode != 0
+    assert "error: NODES_NETWORK=bridge: empty (Compose's network) or host" in proc.stderr
+    assert not [c for c in docker_calls(env) if " up " in f" {c} "]

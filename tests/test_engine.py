@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -78,17 +79,26 @@ def containers() -> list:
     return proc.stdout.split()
 
 
+def volumes() -> list:
+    """This module's Compose project's volumes."""
+    proc = sh("docker", "volume", "ls", "--quiet", "--filter", f"label=com.docker.compose.project={PROJECT}")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
 @pytest.fixture(scope="module")
 def engine():
     reason = why_no_engine()
     if reason:
         not_here(reason)
     yield
-    sh("docker", "compose", "-p", PROJECT, "--profile", "cpu", "--profile", "sweep", "down", "--remove-orphans",
-       "--timeout", "5", timeout=120)
+    sh("docker", "compose", "-p", PROJECT, "--profile", "cpu", "--profile", "sweep", "--profile", "nodes-cpu", "down",
+       "--remove-orphans", "--volumes", "--timeout", "5", timeout=120)
     left = containers()
     if left:
         sh("docker", "rm", "--force", *left)
+    for volume in volumes():
+        sh("docker", "volume", "rm", "--force", volume)
 
 
 @pytest.fixture(scope="module")
@@ -262,6 +272,45 @@ def test_make_up_without_the_nvidia_toolkit_stops_at_check_host_with_one_line(im
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "the NVIDIA Container Toolkit is missing" in errors[0], proc.stderr
     assert " up " not in proc.stdout and containers() == []
+
+
+# --- two nodes, two containers, no shared disk -----------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_make_up_nodes_cpu_two_containers_race_for_a_checkpoint_only_node0s_volume_holds(
+        image, env, runs_dir, request):
+    """The host network keeps the rendezvous on loopback here; each node's volume is its own disk."""
+    run_dir = runs_dir / "nodes"
+    started = time.monotonic()
+    proc = sh("make", "--no-print-directory", "up-nodes-cpu", "NO_BUILD=1", "NODES_NETWORK=host",
+              f"RDZV_PORT={free_port()}", "EPOCHS=1", "SKEW=1",
+              f"ARGS=timeout.collective_s=60 hydra.run.dir={in_container(run_dir)}", timeout=600, env=env)
+    seconds = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert f"  {run_dir.relative_to(ROOT)}/" in lines  # make names the one run dir
+    summaries = sorted(run_dir.rglob("summary.json"))
+    assert summaries == [run_dir / "summary.json"]  # one verdict for both nodes, merged by node 0
+    summary = json.loads(summaries[0].read_text())
+    assert summary["verdict"] == "race", summary.get("explanation")
+    assert {r["rank"]: r["outcome"] for r in summary["ranks"]} == {0: "loaded", 1: "missing"}
+    assert (summary["config"]["scenario"], summary["config"]["nnodes"], summary["config"]["callback"]["name"]) == \
+        ("no_shared_fs", 2, "barrier")
+    assert [(n["node_rank"], n["status"]) for n in summary["nodes"]] == [(0, "ok"), (1, "ok")]
+    for k in (0, 1):  # each node's launcher recorded into the shared run dir, its rank on its own container
+        assert (run_dir / "nodes" / f"node{k}" / "node_summary.json").exists()
+        start = json.loads((run_dir / "events" / f"rank{k}.jsonl").read_text().splitlines()[0])
+        assert (start["event"], start["host"], start["node"]) == ("rank_start", f"node{k}-cpu", k)
+    # what each node's own volume held at the end, listed by make from the volumes themselves
+    assert "node0-cpu's own disk (its volume, /checkpoints): /checkpoints/node0/best.pth" in lines
+    assert "node1-cpu's own disk (its volume, /checkpoints): no checkpoint" in lines
+    assert containers() == [] and volumes() == []
+    report(request, f"make up-nodes-cpu: two containers, one race, in {seconds:.0f} s")
 
 
 # --- a sweep on CPU -------------------------------------------------------------------------------------
