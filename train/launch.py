@@ -132,6 +132,22 @@ def relative(path, run_dir: Path) -> str:
         return str(path)
 
 
+def exit_barrier_within(seconds: float):
+    """After its ranks end, a torch elastic agent waits up to 300 s for every other node's agent (its exit
+    barrier); a node whose launcher was stopped never comes. LaunchConfig has no key for that wait, so
+    it is set on the agent here. (Were the private method gone, only the shorter wait would be lost.)"""
+    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+
+    original = getattr(SimpleElasticAgent, "_race_lab_original_exit_barrier", SimpleElasticAgent._exit_barrier)
+
+    def _exit_barrier(agent):
+        agent._exit_barrier_timeout = seconds
+        return original(agent)
+
+    SimpleElasticAgent._race_lab_original_exit_barrier = original
+    SimpleElasticAgent._exit_barrier = _exit_barrier
+
+
 def _raise_signal_exception(signum, frame):
     raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
 
@@ -166,6 +182,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
         atexit.unregister(stop_forkserver)  # once per process, however many jobs a sweep runs
         atexit.register(stop_forkserver)
     taken = port_in_use(cfg["rdzv"]["endpoint"]) if nodes == 1 else None  # other nodes' agents use it too
+    exit_barrier_within(cfg["timeout"]["collective_s"])
     if taken:
         events.record("launch_error", error_type="OSError", message=taken)
         print(f"error: {taken}", file=sys.stderr, flush=True)
