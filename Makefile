@@ -58,7 +58,7 @@ report: install ## rebuild the report of a run or sweep dir: make report DIR=run
 	@test -n "$(DIR)" || { echo "usage: make report DIR=<run or sweep dir>" >&2; exit 2; }
 	$(PY) -m train.report $(DIR)
 
-bench: install ## wall time and launcher peak memory of the seed run, recorded in runs/bench/ (ARGS=)
+bench: install ## time to verdict: each figure beside its goal, vs a plain torchrun script; runs/bench/<time>/bench.json (ARGS=)
 	$(PY) -m train.bench $(ARGS)
 
 test: install ## run the whole test suite, as CI does (real multi-rank gloo jobs, the matrix, the engine tier)

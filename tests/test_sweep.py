@@ -1,5 +1,6 @@
 """Hydra multirun sweeps and the report made of them, on real runs."""
 import csv
+import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,16 @@ def test_a_small_sweep_makes_the_report(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     for k in range(1, 5):
         assert f"[sweep] job {k} of 4: " in proc.stdout
+    # one line per job (point, verdict, seconds), not every rank's output; that stays in the run dir
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("[sweep] job ")]
+    assert len(lines) == 4 and all(re.search(r"  (race|clean)  \d+\.\d s$", line) for line in lines), lines
+    assert "callback=unsynced" in next(line for line in lines if "  race  " in line)
+    assert "Attempting to load model." not in proc.stdout and "[default_role" not in proc.stdout
+    assert "\r" not in proc.stdout, "no progress bar outside a terminal"
+    for job in sweep.glob("[0-9]-*"):
+        rank_logs = "".join(p.read_text() for p in job.glob("logs/*/attempt_0/*/stdout.log"))
+        assert rank_logs.count("Attempting to load model.") == 2
+        assert "summary: " in (job / "console.log").read_text()
 
     rows = read_csv(sweep / "report.csv")
     assert len(rows) == 4
@@ -82,3 +93,20 @@ def test_a_bad_job_is_reported_and_the_sweep_goes_on(tmp_path):
     rows = read_csv(sweep / "report.csv")  # the good job ran and was reported
     assert [(r["skew_rank"], r["verdict"]) for r in rows] == [("0", "race")]
     assert not any(sweep.glob("0-*")), "the bad job leaves no half-made run dir"
+
+
+def test_echo_ranks_brings_each_ranks_output_back(tmp_path):
+    proc = multirun(tmp_path / "sweep", "launch.echo_ranks=true", "world_size=2", "epochs=1", "skew.seconds=0",
+                    "callback=barrier")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("Attempting to load model.") == 2  # both ranks' output, as a single run prints it
+    assert "rank  outcome" in proc.stdout
+    assert re.search(r"\[sweep\] job 1 of 1: .*  clean  \d+\.\d s", proc.stdout)
+
+
+def test_the_progress_bar_estimates_the_time_left():
+    from train.sweep import progress_bar
+
+    assert progress_bar(0, 4, None, width=8) == "[........] 0/4 jobs"
+    assert progress_bar(1, 4, 75.4, width=8) == "[##......] 1/4 jobs  ~1m15s left"
+    assert progress_bar(4, 4, 0, width=8) == "[########] 4/4 jobs  ~0s left"

@@ -1,13 +1,25 @@
-"""Benchmark: wall time and the launcher's peak memory of `python -m train`, recorded to a file.
+"""Benchmark: time to verdict, each figure beside its goal (issue 9), recorded to a file.
 
-  python -m train.bench [--repeats N] [hydra overrides ...]     (make bench)
+  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier]   (make bench)
 
-Each repeat runs the launcher as a user does, samples its resident memory every 20 ms
-(the launcher alone, not its ranks or forkserver) and times it; the figures go to
-runs/bench/<time>.json. Speed goals live here, not in the tests.
+- single: `python -m train` (unsynced, skew, 3 ranks; a cold process) and the plain script
+  bench/plain_torchrun.py under `torchrun --standalone --nproc_per_node=3`, run alternately, --repeats
+  times each; the ratio of their median walls. The launcher's resident memory is sampled every 20 ms
+  (the launcher alone, not its ranks or forkserver), and its cold start read from the run's events.
+- sweep: one --jobs-job sweep (`-m skew.seconds=S callback=unsynced 'repeat=range(N)'`): its wall
+  against N single runs, the overhead a job adds to its skew, and from the events of its warm jobs
+  (all but the first) each rank's set-up (rank_start to fit_start) and the time between jobs
+  (one job's launch_end to the next one's launch_start).
+- barrier: a sweep of callback=unsynced,barrier at the same skew, --repeats + 1 each: the median wall
+  of its warm jobs (launch_start to launch_end) with the barrier minus without it.
+- the launcher imports no fastai: checked in a fresh process that imports what `python -m train` does.
+
+Figures go to runs/bench/<time>/bench.json with the machine's cores and the versions. Speed goals
+live here, not in the tests: timings on a shared machine are noisy.
 """
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -18,11 +30,33 @@ from pathlib import Path
 
 import psutil
 
+from train.events import read_events
 
-def measure(overrides, run_dir: Path) -> dict:
-    start = time.perf_counter()
-    proc = psutil.Popen([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", *overrides],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+ROOT = Path(__file__).resolve().parent.parent
+PLAIN = ROOT / "bench" / "plain_torchrun.py"
+WORLD = 3
+
+# figure -> (goal, how it compares, unit, what it is)
+GOALS = {
+    "single_vs_plain_ratio": (0.6, "<=", "x", "cold single run / plain torchrun script (median walls)"),
+    "rank_setup_s": (0.5, "<=", "s", "per-rank set-up in a warm job, rank_start to fit_start (median of each job's slowest rank)"),
+    "between_jobs_s": (0.3, "<=", "s", "between jobs, launch_end to the next launch_start (median)"),
+    "sweep_vs_singles_ratio": (0.4, "<=", "x", "sweep wall / (jobs x median single run)"),
+    "sweep_overhead_per_job_s": (1.5, "<=", "s", "sweep wall / jobs - skew"),
+    "barrier_cost_s": (0.1, "<=", "s", "barrier job wall - unsynced job wall at equal skew (medians)"),
+    "launcher_imports_fastai": (False, "==", "", "the launcher imports fastai"),
+}
+INFO = {
+    "single_wall_s": "cold single run wall (median)",
+    "plain_wall_s": "plain torchrun script wall (median)",
+    "launcher_start_s": "cold run: launcher process start to launch_start (median)",
+    "ranks_start_s": "cold run: launch_start to the first rank_start (median)",
+    "sweep_wall_s": "sweep wall",
+    "launcher_peak_rss_mib": "launcher peak resident memory (max over cold runs)",
+}
+
+
+def sample_rss(proc) -> int:
     peak = 0
     while proc.poll() is None:
         try:
@@ -30,29 +64,190 @@ def measure(overrides, run_dir: Path) -> dict:
         except psutil.NoSuchProcess:
             break
         time.sleep(0.02)
+    return peak
+
+
+def single_run(run_dir: Path, skew: float, extra) -> dict:
+    start_wall, start = time.time(), time.perf_counter()
+    proc = psutil.Popen([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", "callback=unsynced",
+                         f"skew.seconds={skew}", f"world_size={WORLD}", *extra], cwd=ROOT,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = sample_rss(proc)
     wall = time.perf_counter() - start
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
-    return {"exit_code": proc.returncode, "wall_s": round(wall, 2), "launcher_peak_rss_mib": round(peak / 2**20, 1),
-            "verdict": summary.get("verdict"), "run_dir": str(run_dir)}
+    first = first_events(run_dir) if (run_dir / "events").exists() else {}
+    launch_start = first.get(("launcher", "launch_start"))
+    rank_starts = [t for (rank, event), t in first.items() if event == "rank_start"]
+    return {"exit_code": proc.returncode, "wall_s": round(wall, 3), "launcher_peak_rss_mib": round(peak / 2**20, 1),
+            "verdict": summary.get("verdict"), "run_dir": str(run_dir),
+            "launcher_start_s": round(launch_start - start_wall, 3) if launch_start else None,
+            "ranks_start_s": round(min(rank_starts) - launch_start, 3) if launch_start and rank_starts else None}
+
+
+def plain_run(out_dir: Path, skew: float) -> dict:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}",
+                           str(PLAIN), "--skew", str(skew), "--out", str(out_dir)], cwd=ROOT,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "output.log").write_text(proc.stdout + proc.stderr)
+    return {"exit_code": proc.returncode, "wall_s": round(wall, 3), "run_dir": str(out_dir),
+            "loads": proc.stdout.count(": loaded"), "load_failures": proc.stdout.count(": load failed")}
+
+
+def sweep(sweep_dir: Path, *overrides) -> dict:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "train", "-m", f"hydra.sweep.dir={sweep_dir}", *overrides],
+                          cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / "console.log").write_text(proc.stdout + proc.stderr)
+    return {"exit_code": proc.returncode, "wall_s": round(wall, 3), "jobs": jobs_of(sweep_dir)}
+
+
+def first_events(run_dir) -> dict:
+    first = {}
+    for e in read_events(run_dir):
+        first.setdefault((e["rank"], e["event"]), e["t"])
+    return first
+
+
+def jobs_of(sweep_dir: Path) -> list:
+    """Per job, in order: its verdict and timings from its events."""
+    jobs = []
+    for job in sorted((d for d in sweep_dir.iterdir() if d.is_dir() and d.name.split("-")[0].isdigit()),
+                      key=lambda d: int(d.name.split("-")[0])):
+        first = first_events(job) if (job / "events").exists() else {}
+        summary = json.loads((job / "summary.json").read_text()) if (job / "summary.json").exists() else {}
+        setups = [first[(r, "fit_start")] - first[(r, "rank_start")] for r in range(WORLD)
+                  if (r, "fit_start") in first and (r, "rank_start") in first]
+        jobs.append({"job": job.name, "verdict": summary.get("verdict"),
+                     "callback": (summary.get("config") or {}).get("callback", {}).get("name"),
+                     "launch_start": first.get(("launcher", "launch_start")),
+                     "launch_end": first.get(("launcher", "launch_end")),
+                     "rank_setup_s": round(max(setups), 3) if setups else None})
+    return jobs
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def launcher_imports_fastai() -> bool:
+    code = ("import sys; sys.argv = ['train']; import train.early, train.launch, train.sweep, train.summary; "
+            "print(any(m == 'fastai' or m.startswith('fastai.') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return out.stdout.strip() == "True"
+
+
+def versions() -> dict:
+    from importlib import metadata
+
+    def version(package):
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return None
+    return {"python": platform.python_version(),
+            **{p: version(p) for p in ("torch", "fastai", "accelerate", "hydra-core", "scikit-learn")}}
+
+
+def met(name, value):
+    goal, op, _, _ = GOALS[name]
+    if value is None:
+        return None
+    return value == goal if op == "==" else value <= goal
+
+
+def show(name, value) -> str:
+    goal, op, unit, what = GOALS[name]
+    ok = met(name, value)
+    mark = "-" if ok is None else ("met" if ok else "MISSED")
+    shown = "-" if value is None else (f"{value}" if isinstance(value, bool) else f"{value:.2f}{unit and ' ' + unit}")
+    return f"  {shown:>10}   goal {op} {goal}{unit and ' ' + unit:<4}  {mark:<6}  {what}"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m train.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
+    parser.add_argument("--repeats", type=int, default=3, help="single runs, plain runs, and barrier/unsynced jobs")
+    parser.add_argument("--jobs", type=int, default=10, help="jobs in the sweep")
+    parser.add_argument("--skew", type=float, default=3.0)
+    parser.add_argument("--only", default="single,sweep,barrier", help="which parts to run")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the single runs")
     args = parser.parse_args(argv)
-    out_dir = Path("runs/bench") / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    runs = [measure(args.overrides, out_dir / f"run{i}") for i in range(args.repeats)]
-    walls = [r["wall_s"] for r in runs]
-    record = {"overrides": args.overrides, "runs": runs, "median_wall_s": statistics.median(walls),
-              "max_launcher_peak_rss_mib": max(r["launcher_peak_rss_mib"] for r in runs),
-              "host": platform.node(), "cpus": psutil.cpu_count(), "python": platform.python_version()}
+    parts = set(args.only.split(","))
+    out_dir = ROOT / "runs" / "bench" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    out_dir.mkdir(parents=True)
+    figures, record = {}, {"args": vars(args), "started": datetime.now().isoformat(timespec="seconds")}
+    print(f"bench: {os.cpu_count()} cores ({psutil.cpu_count(logical=False)} physical), load average "
+          f"{os.getloadavg()[0]:.2f}; figures into {out_dir}", flush=True)
+
+    if "single" in parts:
+        singles, plains = [], []
+        for i in range(args.repeats):  # alternately, so a busy spell of the machine hits both
+            singles.append(single_run(out_dir / f"single{i}", args.skew, args.overrides))
+            plains.append(plain_run(out_dir / f"plain{i}", args.skew))
+            print(f"  single {singles[-1]['wall_s']:6.2f} s ({singles[-1]['verdict']})   "
+                  f"plain torchrun {plains[-1]['wall_s']:6.2f} s", flush=True)
+        record.update(single_runs=singles, plain_runs=plains)
+        figures["single_wall_s"] = median(r["wall_s"] for r in singles)
+        figures["plain_wall_s"] = median(r["wall_s"] for r in plains)
+        figures["single_vs_plain_ratio"] = round(figures["single_wall_s"] / figures["plain_wall_s"], 3)
+        figures["launcher_start_s"] = median(r["launcher_start_s"] for r in singles)
+        figures["ranks_start_s"] = median(r["ranks_start_s"] for r in singles)
+        figures["launcher_peak_rss_mib"] = max(r["launcher_peak_rss_mib"] for r in singles)
+
+    if "sweep" in parts:
+        run = sweep(out_dir / "sweep", f"skew.seconds={args.skew}", "callback=unsynced", f"world_size={WORLD}",
+                    f"repeat=range({args.jobs})")
+        print(f"  sweep of {args.jobs} jobs {run['wall_s']:6.2f} s", flush=True)
+        record["sweep"] = run
+        jobs = run["jobs"]
+        warm = jobs[1:]
+        figures["sweep_wall_s"] = run["wall_s"]
+        figures["rank_setup_s"] = median(j["rank_setup_s"] for j in warm)
+        figures["between_jobs_s"] = median(b["launch_start"] - a["launch_end"] for a, b in zip(jobs, jobs[1:])
+                                           if a["launch_end"] and b["launch_start"])
+        figures["sweep_overhead_per_job_s"] = round(run["wall_s"] / args.jobs - args.skew, 3)
+        if figures.get("single_wall_s"):
+            figures["sweep_vs_singles_ratio"] = round(run["wall_s"] / (args.jobs * figures["single_wall_s"]), 3)
+
+    if "barrier" in parts:
+        run = sweep(out_dir / "barrier", f"skew.seconds={args.skew}", "callback=unsynced,barrier",
+                    f"world_size={WORLD}", f"repeat=range({args.repeats + 1})")
+        record["barrier_sweep"] = run
+        warm = run["jobs"][1:]  # the first job pays the forkserver's start
+
+        def job_wall(callback):
+            return median(j["launch_end"] - j["launch_start"] for j in warm
+                          if j["callback"] == callback and j["launch_end"] and j["launch_start"])
+        record["barrier_job_wall_s"], record["unsynced_job_wall_s"] = job_wall("barrier"), job_wall("unsynced")
+        if record["barrier_job_wall_s"] and record["unsynced_job_wall_s"]:
+            figures["barrier_cost_s"] = round(record["barrier_job_wall_s"] - record["unsynced_job_wall_s"], 3)
+        print(f"  barrier job {record['barrier_job_wall_s']} s, unsynced job {record['unsynced_job_wall_s']} s",
+              flush=True)
+
+    figures["launcher_imports_fastai"] = launcher_imports_fastai()
+    record.update(figures=figures, goals={k: {"goal": g, "op": op, "unit": u, "what": w, "met": met(k, figures.get(k))}
+                                          for k, (g, op, u, w) in GOALS.items()},
+                  machine={"host": platform.node(), "cores": os.cpu_count(),
+                           "physical_cores": psutil.cpu_count(logical=False),
+                           "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+                           "load_average_at_end": os.getloadavg(), "platform": platform.platform()},
+                  versions=versions())
     (out_dir / "bench.json").write_text(json.dumps(record, indent=2) + "\n")
-    for r in runs:
-        print(f"wall {r['wall_s']:6.2f} s   launcher peak RSS {r['launcher_peak_rss_mib']:6.1f} MiB   "
-              f"verdict {r['verdict']}   exit {r['exit_code']}")
-    print(f"median wall {record['median_wall_s']} s; figures in {out_dir / 'bench.json'}")
+
+    print(f"\nfigures (this machine: {os.cpu_count()} cores; medians of {args.repeats} where repeated)")
+    for name in GOALS:
+        print(show(name, figures.get(name)))
+    for name, what in INFO.items():
+        if figures.get(name) is not None:
+            unit = "MiB" if name.endswith("mib") else "s"
+            print(f"  {figures[name]:>8.2f} {unit:<3}                          {what}")
+    print(f"recorded in {out_dir / 'bench.json'}")
 
 
 if __name__ == "__main__":

@@ -71,6 +71,9 @@ class LaunchConfig:
     oversubscribe: bool = key(False, "allow more than 4 CPU ranks per core")
     all_nodes_here: bool = key(False, "start every node's agent on this host, over loopback, standing in for nnodes "
                                       "machines; their records land in one run dir")
+    echo_ranks: bool = key(False, "in a sweep (-m), print every rank's full output and each job's table on the console "
+                                  "too, as a single run does; else one line a job (the output stays in the run dir's "
+                                  "logs/ and console.log)")
 
 
 @dataclass

@@ -6,11 +6,22 @@ import torch.distributed as dist
 from fastai.data.core import DataLoaders
 
 
+_digits = None  # (x, y) as load_digits returns them, read once per process (the forkserver's preload)
+
+
+def preload_digits():
+    """Read the bundled digits once; ranks forked afterwards share them. The same arrays either way."""
+    global _digits
+    if _digits is None:
+        from sklearn.datasets import load_digits
+
+        _digits = load_digits(return_X_y=True)
+    return _digits
+
+
 def digits_dls(data: dict, seed: int, device) -> DataLoaders:
     """scikit-learn's bundled 8x8 digits, two classes, as 1x8x8 images in [0, 1]."""
-    from sklearn.datasets import load_digits
-
-    x, y = load_digits(return_X_y=True)
+    x, y = preload_digits()
     classes = list(data["classes"])
     keep = np.isin(y, classes)
     x = torch.tensor(x[keep] / 16.0, dtype=torch.float32).reshape(-1, 1, 8, 8)

@@ -4,6 +4,7 @@
 It never imports fastai; each rank does, in its own process (train/worker.py).
 """
 import atexit
+import contextlib
 import errno
 import multiprocessing
 import os
@@ -166,18 +167,21 @@ def port_in_use(endpoint: str):
         return f"rdzv.endpoint={endpoint}: the port is already in use by another process"
 
 
-def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
-    """Start the ranks and wait for them. Returns ok | failed | interrupted | timeout | harness_error."""
+def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) -> str:
+    """Start the ranks and wait for them. Returns ok | failed | interrupted | timeout | harness_error.
+    Each rank's output goes to logs/ in the run dir, and with echo to the console too."""
     nodes = cfg["nnodes"]
     launch_cfg = LaunchConfig(
         min_nodes=nodes, max_nodes=nodes, nproc_per_node=cfg["world_size"] // nodes, run_id=cfg["rdzv"]["id"],
         rdzv_backend="c10d", rdzv_endpoint=cfg["rdzv"]["endpoint"],
         rdzv_configs={"join_timeout": cfg["timeout"]["collective_s"], "read_timeout": cfg["timeout"]["collective_s"]},
         max_restarts=0, monitor_interval=0.1, start_method=cfg["launch"]["start_method"],
-        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL, tee=Std.ALL),
+        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL,
+                                    tee=Std.ALL if echo else Std.NONE),
     )
     if launch_cfg.start_method == "forkserver":
-        # ranks fork from a server that has imported fastai once; later jobs of a sweep start in a blink
+        # ranks fork from a server that has imported fastai once; later jobs of a sweep start in a blink.
+        # train/early.py may have started it already, with the same preload, while the launcher started up
         multiprocessing.set_forkserver_preload(["train.preload"])
         atexit.unregister(stop_forkserver)  # once per process, however many jobs a sweep runs
         atexit.register(stop_forkserver)
@@ -226,9 +230,17 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog) -> str:
         watchdog.cancel()
 
 
-def run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list) -> dict:
+def run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: bool = True) -> dict:
     """Launch, collect, classify; write summary.json and print the outcome table. One node of a
-    multi-node run writes node_summary.json instead: it sees only its own ranks."""
+    multi-node run writes node_summary.json instead: it sees only its own ranks. Without echo (a
+    sweep's job) what would be printed goes to console.log in the run dir, the ranks' output to logs/."""
+    if not echo:
+        with open(run_dir / "console.log", "w", encoding="utf-8") as log, contextlib.redirect_stdout(log):
+            return _run_experiment(cfg, plan, run_dir, task_overrides, echo)
+    return _run_experiment(cfg, plan, run_dir, task_overrides, echo)
+
+
+def _run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: bool) -> dict:
     nodes_here = cfg["nnodes"] > 1 and cfg["launch"]["all_nodes_here"]
     one_node_of_many = nodes.one_of_many(cfg)
     print(f"run dir: {run_dir}\ndevice: {plan.device}+{plan.backend} ({plan.reason})\n"
@@ -246,7 +258,7 @@ def run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list) -> dict
         summary = nodes.merge(dirs, run_dir, asdict(plan))
         nodes.print_merged(summary, run_dir)
         return summary
-    status = launch(cfg, plan, run_dir, events)
+    status = launch(cfg, plan, run_dir, events, echo)
     events.record("launch_end", status=status)
     events.close()
     if one_node_of_many:
@@ -315,7 +327,8 @@ def main(dict_cfg) -> str:
         cfg["rdzv"]["id"] = f"race-{uuid.uuid4().hex[:12]}"
 
     try:
-        summary = run_experiment(cfg, plan, records, list(hydra_cfg.overrides.task))
+        summary = run_experiment(cfg, plan, records, list(hydra_cfg.overrides.task),
+                                 echo=not in_sweep or cfg["launch"]["echo_ranks"])
     except Exception as e:
         if not in_sweep:
             raise

@@ -1,5 +1,11 @@
 """What the forkserver imports once, before it forks any rank (launch.start_method=forkserver).
 
+Everything a rank would otherwise import lazily on its way to `fit_start` is imported here, once:
+fastai and torch (train.worker), the ~900 modules that Accelerate's `prepare_model` pulls in through
+DistributedDataParallel (torch._dynamo with sympy, and torch.distributed's DDP parts), and scikit-learn's
+data sets. The digits set, which no config changes (only its split does), is read here too. None of
+this starts a thread, opens a process group or touches CUDA, so forking after it is safe.
+
 Besides the worker's imports, one quiet rule: a rank that the forkserver was still starting when
 the run was stopped (Ctrl-C, docker stop) finds its start-up locks already removed by the stopping
 launcher. Its FileNotFoundError from SemLock._rebuild is the stop, not a failure, so it ends without
@@ -9,6 +15,12 @@ import sys
 import traceback
 
 import train.worker  # noqa: F401  (fastai, torch and the worker, imported once for every rank)
+import torch._dynamo  # noqa: F401,E402  (DistributedDataParallel imports it on first use: about 3 s a rank)
+import torch.distributed.algorithms.ddp_comm_hooks  # noqa: F401,E402
+import torch.nn.parallel.distributed  # noqa: F401,E402
+from train.data import preload_digits  # noqa: E402
+
+preload_digits()
 
 
 def _quiet_when_stopped_during_start(kind, error, tb):

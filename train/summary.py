@@ -1,4 +1,6 @@
 """summary.json for one run, the environment it ran in, and the console table."""
+import copy
+import functools
 import json
 import os
 import platform
@@ -31,6 +33,13 @@ def _git():
 
 
 def environment() -> dict:
+    """The environment, gathered once per process: a sweep's jobs share it (git state included), and
+    each job gets its own copy."""
+    return copy.deepcopy(_environment())
+
+
+@functools.lru_cache(maxsize=None)
+def _environment() -> dict:
     import torch  # already imported by the launcher; never fastai here
 
     cuda = torch.cuda.is_available()

@@ -1,0 +1,69 @@
+"""Start the forkserver's preload (fastai, torch, the data: train/preload.py) before the launcher
+imports torch and Hydra composes the config, so the two start-ups overlap instead of adding up.
+
+Only the command line is known this early, so this reads it, and the chosen scenario's file, for
+anything that rules the forkserver out: another start method, every node's agent on this host
+(they start their own launchers), another Hydra launcher (jobs run elsewhere), or a flag that only
+prints (--help, --cfg, ...). When it cannot tell, the default config decides: forkserver, one node.
+A forkserver started here and never used (a config error, a sweep of n/a jobs) is ended at exit.
+This module imports nothing heavy: the launcher never imports fastai.
+"""
+import atexit
+import os
+import signal
+from pathlib import Path
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def forkserver_wanted(argv) -> bool:
+    for arg in argv:
+        if arg.startswith("-") and arg not in ("-m", "--multirun"):
+            return False  # --help, --cfg job, --info, -c ...: prints and exits
+        key, _, value = arg.lstrip("+~").partition("=")
+        if key == "launch.start_method" and value != "forkserver":
+            return False
+        if key == "launch.all_nodes_here" and value.lower() != "false":
+            return False
+        if key in ("hydra/launcher", "hydra.launcher") or key.startswith("hydra.launcher."):
+            return False
+        if key == "scenario":
+            for name in value.split(","):
+                path = CONFIGS / "scenario" / f"{name.strip()}.yaml"
+                text = path.read_text() if path.is_file() else ""
+                if "all_nodes_here" in text or "start_method" in text:
+                    return False
+    return True
+
+
+def start_forkserver(argv) -> bool:
+    """Start the forkserver now when the command line allows it; True when started."""
+    if not forkserver_wanted(argv):
+        return False
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    multiprocessing.set_forkserver_preload(["train.preload"])  # the same list launch.py sets
+    forkserver.ensure_running()  # returns at once; the server imports in its own process
+    atexit.register(_end_if_unused)  # runs after launch.stop_forkserver, which atexit registers later
+    return True
+
+
+def _end_if_unused():
+    """launch.stop_forkserver has already stopped a forkserver that forked ranks; one that never
+    did may still be importing, and would make a plain stop wait for that: end it now."""
+    from multiprocessing import forkserver, resource_tracker
+
+    server = forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+    for name in ("_forkserver_pid", "_forkserver_address", "_forkserver_alive_fd"):
+        if hasattr(server, name):
+            setattr(server, name, None)
+    getattr(resource_tracker._resource_tracker, "_stop", lambda: None)()
