@@ -1,10 +1,12 @@
 """Hydra multirun sweeps and the report made of them, on real runs."""
 import csv
+import json
 import re
 import shutil
 import subprocess
 import sys
 
+import pytest
 from PIL import Image
 
 from conftest import ROOT
@@ -110,3 +112,16 @@ def test_the_progress_bar_estimates_the_time_left():
     assert progress_bar(0, 4, None, width=8) == "[........] 0/4 jobs"
     assert progress_bar(1, 4, 75.4, width=8) == "[##......] 1/4 jobs  ~1m15s left"
     assert progress_bar(4, 4, 0, width=8) == "[########] 4/4 jobs  ~0s left"
+
+
+@pytest.mark.slow
+def test_make_stability_counts_the_verdicts_and_the_saved_weights(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "train.stability", "--runs", "2", "--dir", str(tmp_path / "s"),
+                           "world_size=2", "epochs=1", "skew.seconds=2"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "unsynced   2/2 race" and lines[1] == "barrier    2/2 clean"
+    assert lines[2].startswith("saved weights: 1 digest(s) over 4 runs: ")
+    record = json.loads((tmp_path / "s/stability.json").read_text())
+    assert record["verdicts"] == {"unsynced": {"race": 2}, "barrier": {"clean": 2}}
