@@ -23,7 +23,7 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-import train.config  # noqa: F401  (registers the schema that configs/train.yaml builds on)
+from train.config import TrainConfig as _schema  # noqa: F401  (registers the schema configs/train.yaml builds on)
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -634,7 +634,7 @@ def test_host_network_puts_both_nodes_on_loopback_each_at_its_own_address():
             assert set(extra) == {name0, name1} and len(set(extra.values())) == 2
             assert all(a.startswith("127.") for a in extra.values())
             hosts.append(extra)
-            assert f"rdzv.endpoint=127.0.0.1:29600" in node["command"]
+            assert "rdzv.endpoint=127.0.0.1:29600" in node["command"]
         assert hosts[0] == hosts[1]
     assert "network_mode" not in model["services"]["train"]
 
