@@ -5,7 +5,7 @@ Only the command line is known this early, so this reads it, and the chosen scen
 anything that rules the forkserver out: another start method, every node's agent on this host
 (they start their own launchers), another Hydra launcher (jobs run elsewhere), or a flag that only
 prints (--help, --cfg, ...). When it cannot tell, the default config decides: forkserver, one node.
-A forkserver started here and never used (a config error, a sweep of n/a jobs) is ended at exit.
+The forkserver is ended at exit, used or not (a config error, a sweep of n/a jobs).
 This module imports nothing heavy: the launcher never imports fastai.
 """
 import atexit
@@ -45,25 +45,27 @@ def start_forkserver(argv) -> bool:
 
     multiprocessing.set_forkserver_preload(["train.preload"])  # the same list launch.py sets
     forkserver.ensure_running()  # returns at once; the server imports in its own process
-    atexit.register(_end_if_unused)  # runs after launch.stop_forkserver, which atexit registers later
+    atexit.register(stop_forkserver)  # launch.py registers it again, once, after its own start-up
     return True
 
 
-def _end_if_unused():
-    """launch.stop_forkserver has already stopped a forkserver that forked ranks; one that never
-    did may still be importing, and would make a plain stop wait for that: end it now."""
+def stop_forkserver():
+    """End the forkserver and its resource tracker, and wait for both, so nothing outlives the run.
+    The server holds nothing to flush (its ranks have ended, or it never forked one), so it is ended
+    with SIGKILL: a plain stop lets it tear down fastai and torch, about 2 s, or lets it finish a
+    preload still under way. (_stop is what CPython's own tests use; were it missing we would only
+    lose the wait.)"""
     from multiprocessing import forkserver, resource_tracker
 
     server = forkserver._forkserver
     pid = getattr(server, "_forkserver_pid", None)
-    if pid is None:
-        return
-    try:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
-        pass
-    for name in ("_forkserver_pid", "_forkserver_address", "_forkserver_alive_fd"):
-        if hasattr(server, name):
-            setattr(server, name, None)
-    getattr(resource_tracker._resource_tracker, "_stop", lambda: None)()
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for helper in (server, resource_tracker._resource_tracker):
+        try:
+            getattr(helper, "_stop", lambda: None)()
+        except ChildProcessError:  # already reaped
+            pass
