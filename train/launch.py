@@ -26,14 +26,16 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 from torch.distributed.elastic.multiprocessing.api import SignalException
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from train.config import ConfigError
+from train.early import stop_forkserver
 from train import nodes
 from train.events import LAUNCHER, EventLog, read_events
 from train.outcomes import judge, worst_status
 from train.plan import make_plan, this_machine
+from train.rank import rank_main
 from train.summary import environment, format_table, write_json_atomic
 
 EXIT_EXPECT_MISMATCH, EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED = 1, 2, 3, 130
@@ -47,14 +49,6 @@ def started() -> bool:
 def first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0][:300] if lines else ""
-
-
-@record
-def rank_main(cfg: dict, plan: dict, run_dir: str) -> dict:
-    """Each rank's entry point (a top-level function, so spawn can import it)."""
-    from train.worker import run_rank
-
-    return run_rank(cfg, plan, run_dir)
 
 
 def discard_run_dir(run_dir: Path):
@@ -76,16 +70,6 @@ def check_data_reachable(data: dict):
         why = getattr(e, "reason", e)
         raise ConfigError(f"data.url={data['url']!r}: cannot download {data['name']} ({why}); "
                           "data=digits works offline") from None
-
-
-def stop_forkserver():
-    """Left alone, the forkserver and its resource tracker exit a moment after the launcher;
-    stop both and wait for them, so nothing outlives the run. (_stop is what CPython's own
-    tests use; were it missing we would only lose the wait.)"""
-    from multiprocessing import forkserver, resource_tracker
-
-    for helper in (forkserver._forkserver, resource_tracker._resource_tracker):
-        getattr(helper, "_stop", lambda: None)()
 
 
 def failure_message(failure, log: Path = None) -> str:
@@ -132,6 +116,22 @@ def relative(path, run_dir: Path) -> str:
         return str(path)
 
 
+def stagger_first_rendezvous(nodes: int):
+    """c10d's rendezvous waits a random 0-0.3 s before its first round, to spread many nodes' joins
+    over time. One node has nobody to stagger against, so with nnodes=1 that wait is skipped; its
+    other waits are left as they are. (Were the private _delay gone, only the saving would be lost.)"""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rendezvous
+
+    original = getattr(rendezvous, "_race_lab_original_delay", rendezvous._delay)
+
+    def no_random_stagger(seconds):
+        if not isinstance(seconds, tuple):  # a (low, high) range is the first round's stagger
+            original(seconds)
+
+    rendezvous._race_lab_original_delay = original
+    rendezvous._delay = original if nodes > 1 else no_random_stagger
+
+
 def exit_barrier_within(seconds: float):
     """After its ranks end, a torch elastic agent waits up to 300 s for every other node's agent (its exit
     barrier); a node whose launcher was stopped never comes. LaunchConfig has no key for that wait, so
@@ -174,7 +174,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         min_nodes=nodes, max_nodes=nodes, nproc_per_node=cfg["world_size"] // nodes, run_id=cfg["rdzv"]["id"],
         rdzv_backend="c10d", rdzv_endpoint=cfg["rdzv"]["endpoint"],
         rdzv_configs={"join_timeout": cfg["timeout"]["collective_s"], "read_timeout": cfg["timeout"]["collective_s"]},
-        max_restarts=0, monitor_interval=0.1, start_method=cfg["launch"]["start_method"],
+        max_restarts=0, monitor_interval=0.02, start_method=cfg["launch"]["start_method"],
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL,
                                     tee=Std.ALL if echo else Std.NONE),
     )
@@ -186,6 +186,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         atexit.register(stop_forkserver)
     taken = port_in_use(cfg["rdzv"]["endpoint"]) if nodes == 1 else None  # other nodes' agents use it too
     exit_barrier_within(cfg["timeout"]["collective_s"])
+    stagger_first_rendezvous(nodes)
     if taken:
         events.record("launch_error", error_type="OSError", message=taken)
         print(f"error: {taken}", file=sys.stderr, flush=True)

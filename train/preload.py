@@ -14,6 +14,7 @@ a traceback. Any other error is printed as usual.
 import sys
 import traceback
 
+import train.rank  # noqa: F401  (what a forked rank unpickles: its entry point)
 import train.worker  # noqa: F401  (fastai, torch and the worker, imported once for every rank)
 import torch._dynamo  # noqa: F401,E402  (DistributedDataParallel imports it on first use: about 3 s a rank)
 import torch.distributed.algorithms.ddp_comm_hooks  # noqa: F401,E402

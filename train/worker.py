@@ -3,9 +3,9 @@
 Runs in a process started by torch elastic, which sets RANK, LOCAL_RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT. Every step lands in events/rank<N>.jsonl.
 """
+import importlib
 import os
 import socket
-import time
 from datetime import timedelta
 
 import fastai.callback.progress  # noqa: F401  (adds Learner.no_bar)
@@ -17,7 +17,6 @@ from fastai.layers import SimpleCNN
 from fastai.losses import CrossEntropyLossFlat
 from fastai.metrics import accuracy
 from fastai.torch_core import set_seed
-from hydra.utils import get_class
 
 from train.callbacks import say
 from train.data import CHANNELS, make_dls
@@ -66,7 +65,8 @@ def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
                     SimpleCNN((CHANNELS[cfg["data"]["name"]], 16, 16, 2)),  # the seed's simple_cnn((3,16,16,2))
                     loss_func=CrossEntropyLossFlat(), metrics=accuracy,
                     path=run_dir, model_dir=checkpoint_dir(cfg))
-    save_model_cb = get_class(cfg["callback"]["_target_"])(
+    module, _, fix = cfg["callback"]["_target_"].rpartition(".")
+    save_model_cb = getattr(importlib.import_module(module), fix)(
         events, Faults(cfg, events, say), cfg["checkpoint"], timeout_s=cfg["timeout"]["collective_s"])
 
     learn.logger = epoch_table(learn)
@@ -82,12 +82,12 @@ def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
 def wait_for_every_rank(world_size: int, timeout_s: float):
     """No rank leaves before every rank is done with the checkpoint: a rank that went its own way
     (scenario=disagree) would otherwise close its connections and turn a peer's hang into an error.
-    Counted on the rendezvous store, not with a collective, which could pair with a peer's barrier."""
+    Counted on the rendezvous store, not with a collective, which could pair with a peer's barrier:
+    the last rank to count in sets a key that the others wait for."""
     store = dist.distributed_c10d._get_default_store()
-    deadline = time.monotonic() + timeout_s
     try:
-        store.add("race-lab/done", 1)
-        while store.add("race-lab/done", 0) < world_size and time.monotonic() < deadline:
-            time.sleep(0.05)
-    except (RuntimeError, dist.DistError):  # the store went with a node that was stopped: nobody to wait for
+        if store.add("race-lab/done", 1) == world_size:
+            store.set("race-lab/all-done", "1")
+        store.wait(["race-lab/all-done"], timedelta(seconds=timeout_s))
+    except (RuntimeError, dist.DistError):  # a timeout, or the store went with a node that was stopped
         pass
