@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from train.outcomes import OUTCOMES
+from train.summary import save_png_atomic
 
 SCENARIO_ORDER = ["seed", "stale", "torn", "skip_if_missing", "disagree", "save_fails", "many_writers",
                   "no_shared_fs"]
@@ -78,15 +79,14 @@ def markdown(cells: list, references: dict) -> str:
 
 
 def plot(cells: list, path: Path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global state
     from matplotlib.patches import Patch, Rectangle
 
     fixes = _order({c["fix"] for c in cells}, FIX_ORDER)
     scenarios = _order({c["scenario"] for c in cells}, SCENARIO_ORDER)
     by = {(c["scenario"], c["fix"]): c for c in cells}
-    fig, ax = plt.subplots(figsize=(1.5 + 1.45 * len(fixes), 1.2 + 0.7 * len(scenarios)))
+    fig = Figure(figsize=(1.5 + 1.45 * len(fixes), 1.2 + 0.7 * len(scenarios)))
+    ax = fig.subplots()
     for y, s in enumerate(scenarios):
         for x, f in enumerate(fixes):
             c = by.get((s, f))
@@ -108,8 +108,7 @@ def plot(cells: list, path: Path):
                ncol=len(present), fontsize=8, frameon=False)
     fig.suptitle("What every rank ended up with: scenario (what goes wrong) x fix", fontsize=10, y=0.995)
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    save_png_atomic(fig, path)
 
 
 def scenario_references(configs: Path) -> dict:

@@ -18,7 +18,7 @@ import yaml
 from train.events import read_events
 from train.matrix import write_matrix
 from train.outcomes import OUTCOMES, saves
-from train.summary import align
+from train.summary import align, save_png_atomic
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 FIELDS = ["job", "scenario", "variant", "skew_s", "skew_rank", "world_size", "epochs", "seed", "repeat", "status",
@@ -127,22 +127,21 @@ def plot_race_vs_skew(groups, path: Path) -> bool:
     if not lines:
         path.unlink(missing_ok=True)
         return False
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global state, so a thread may draw
+    from matplotlib.ticker import PercentFormatter
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.subplots()
     for (scenario, variant, ws), points in sorted(lines.items()):
         xs, ys = zip(*sorted(points))
         ax.plot(xs, ys, marker="o", label=f"{scenario}, {variant} (world size {ws})")
     ax.set(xlabel="skew: the saving rank's delay before the last save (s)", ylabel="race rate",
            ylim=(-0.05, 1.05), title="How often ranks failed to load the last checkpoint")
-    ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    save_png_atomic(fig, path)
     return True
 
 
@@ -160,16 +159,16 @@ FAILURES = ("load_error", "sync_error", "save_error", "crash")
 
 def plot_timeline(run: Path, events: list, path: Path):
     """One bar per rank: start-up, training, skew, saving, waiting at its sync, loading; failures marked."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global state, so a thread may draw
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     summary = load_summary(run)
     t0 = next((e["t"] for e in events if e["event"] == "launch_start"), events[0]["t"])
     end = max(e["t"] for e in events) - t0
     ranks = sorted({e["rank"] for e in events if isinstance(e["rank"], int)})
-    fig, ax = plt.subplots(figsize=(10, 1.9 + 0.5 * len(ranks)))
+    fig = Figure(figsize=(10, 1.9 + 0.5 * len(ranks)))
+    ax = fig.subplots()
     for y, rank in enumerate(ranks):
         mine = [e for e in events if e["rank"] == rank]
         for _, start, stops, colour in PHASES:
@@ -198,15 +197,25 @@ def plot_timeline(run: Path, events: list, path: Path):
                  f"on rank {cfg['skew']['rank']}: "
                  f"{summary['verdict']}\n" + textwrap.shorten(summary["explanation"], 110), fontsize=9)
     handles = [Patch(color=c, label=label) for label, _, _, c in PHASES]
-    handles.append(plt.Line2D([], [], marker="X", color="#d62728", linestyle="none", label="failure"))
+    handles.append(Line2D([], [], marker="X", color="#d62728", linestyle="none", label="failure"))
     fig.legend(handles=handles, fontsize=8, ncol=len(handles), loc="lower center", frameon=False)
     fig.tight_layout(rect=(0, 0.1 if len(ranks) > 2 else 0.14, 1, 1))
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    save_png_atomic(fig, path)
 
 
-def write_report(root) -> str:
-    """Write report.csv, report.md, race_vs_skew.png into root and timeline.png into each run."""
+def draw_timeline(run: Path, events: list = None) -> bool:
+    """timeline.png in a run dir that has a verdict to show (a job that crashed or was n/a has none);
+    True when drawn."""
+    summary = run / "summary.json"
+    if not summary.exists() or json.loads(summary.read_text()).get("verdict") == "n/a":
+        return False
+    plot_timeline(run, read_events(run) if events is None else events, run / "timeline.png")
+    return True
+
+
+def write_report(root, drawn=frozenset()) -> str:
+    """Write report.csv, report.md, race_vs_skew.png into root and timeline.png into each run,
+    except the runs in drawn (a sweep draws each job's timeline while the next job runs)."""
     root = Path(root)
     runs = find_runs(root)
     if not runs:
@@ -226,9 +235,10 @@ def write_report(root) -> str:
     if plot_race_vs_skew(groups, root / "race_vs_skew.png"):
         (root / "report.md").write_text((root / "report.md").read_text() +
                                         "\n![race rate against skew](race_vs_skew.png)\n")
-    for run, row in zip(runs, rows):
-        if row["verdict"] not in ("crashed", "n/a"):
-            plot_timeline(run, events[run], run / "timeline.png")
+    drawn = {Path(run).resolve() for run in drawn}
+    for run in runs:
+        if run.resolve() not in drawn:
+            draw_timeline(run, events[run])
     out = f"{table}\n\nreport: {root / 'report.md'}"
     if len({(r["scenario"], r["variant"]) for r in rows}) > 1:
         out += f"\n\n{write_matrix(root, rows, CONFIGS)}\n\nmatrix: {root / 'matrix.md'}, {root / 'matrix.png'}"

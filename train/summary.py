@@ -70,6 +70,13 @@ def write_json_atomic(path: Path, data: dict):
     os.replace(tmp, path)
 
 
+def save_png_atomic(fig, path: Path):
+    """A matplotlib figure as a PNG, written as write_json_atomic writes: no half-drawn image is left."""
+    tmp = path.with_name(path.name + ".tmp")
+    fig.savefig(tmp, format="png", dpi=110, metadata={"Software": None})
+    os.replace(tmp, path)
+
+
 def align(rows) -> str:
     """Rows of strings as left-aligned columns."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

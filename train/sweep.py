@@ -1,6 +1,7 @@
 """Hydra callback for sweeps (-m): one line per job as it ends (the point, the verdict, its seconds),
 with a progress bar and an estimate of the time left when the console is a terminal; plain lines
-in a log or CI. After the last job it writes the sweep report and prints its table. Exits 1 at
+in a log or CI. Each job's timeline.png is drawn by a low-priority thread while the next job runs.
+After the last job it writes the sweep report and prints its table. Exits 1 at
 the end when a job had a bad config, crashed, or missed its `expect`; a job whose verdict is race
 is a result.
 
@@ -9,8 +10,11 @@ launch.echo_ranks=true prints it on the console too, as a single run does.
 """
 import json
 import logging
+import os
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -42,6 +46,14 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+def draw_at_low_priority():
+    """The drawing thread yields the cores to the ranks (Linux sets a priority per thread)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
+
+
 def job_verdict(output_dir, status: str) -> str:
     """The verdict from the job's summary.json, and the job's status when it is not a plain result."""
     summary = Path(output_dir) / "summary.json"
@@ -62,6 +74,7 @@ class SweepProgress(Callback):
         self.total = count_jobs(config.hydra.overrides.task)
         self.sweep_dir = Path(config.hydra.sweep.dir)
         self.ended, self.failed, self.durations = 0, [], []
+        self.drawing, self.timelines = ThreadPoolExecutor(1, "timelines", draw_at_low_priority), {}
         self.echo = bool(config.get("launch", {}).get("echo_ranks", False))
         self.tty = sys.stdout.isatty()
         if not self.echo:  # Hydra's own line per job would repeat ours
@@ -91,6 +104,10 @@ class SweepProgress(Callback):
         k = config.hydra.job.num + 1
         if status not in ("ok", "n/a"):
             self.failed.append(f"job {k} ({point}): {status}")
+        from train.report import draw_timeline
+
+        run_dir = Path(config.hydra.runtime.output_dir)
+        self.timelines[run_dir] = self.drawing.submit(draw_timeline, run_dir)
         line = job_line(k, self.total, point, job_verdict(config.hydra.runtime.output_dir, status), seconds)
         if self.tty and not self.echo:
             sys.stdout.write("\r\033[K")  # the bar's line becomes the job's
@@ -113,7 +130,9 @@ class SweepProgress(Callback):
     def finish(self):
         from train.report import write_report
 
-        print("\n" + write_report(self.sweep_dir), flush=True)
+        self.drawing.shutdown(wait=True)
+        drawn = {run for run, done in self.timelines.items() if done.exception() is None and done.result()}
+        print("\n" + write_report(self.sweep_dir, drawn), flush=True)  # draws what the thread did not
         if self.failed:
             print(f"[sweep] {len(self.failed)} of {self.total} jobs did not give a result:\n  "
                   + "\n  ".join(self.failed), file=sys.stderr)
