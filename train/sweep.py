@@ -54,6 +54,17 @@ def draw_at_low_priority():
         pass
 
 
+def draw_once_launched(run_dir: Path, sweep_over: threading.Event) -> bool:
+    """A job's timeline, drawn once the next job has launched (its ranks then train and stall while
+    the launcher waits), so that it does not slow the launcher between jobs; or at the sweep's end."""
+    from train.launch import started
+    from train.report import draw_timeline
+
+    while not (started() or sweep_over.is_set()):
+        time.sleep(0.05)
+    return draw_timeline(run_dir)
+
+
 def job_verdict(output_dir, status: str) -> str:
     """The verdict from the job's summary.json, and the job's status when it is not a plain result."""
     summary = Path(output_dir) / "summary.json"
@@ -75,6 +86,7 @@ class SweepProgress(Callback):
         self.sweep_dir = Path(config.hydra.sweep.dir)
         self.ended, self.failed, self.durations = 0, [], []
         self.drawing, self.timelines = ThreadPoolExecutor(1, "timelines", draw_at_low_priority), {}
+        self.over = threading.Event()
         self.echo = bool(config.get("launch", {}).get("echo_ranks", False))
         self.tty = sys.stdout.isatty()
         if not self.echo:  # Hydra's own line per job would repeat ours
@@ -104,10 +116,8 @@ class SweepProgress(Callback):
         k = config.hydra.job.num + 1
         if status not in ("ok", "n/a"):
             self.failed.append(f"job {k} ({point}): {status}")
-        from train.report import draw_timeline
-
         run_dir = Path(config.hydra.runtime.output_dir)
-        self.timelines[run_dir] = self.drawing.submit(draw_timeline, run_dir)
+        self.timelines[run_dir] = self.drawing.submit(draw_once_launched, run_dir, self.over)
         line = job_line(k, self.total, point, job_verdict(config.hydra.runtime.output_dir, status), seconds)
         if self.tty and not self.echo:
             sys.stdout.write("\r\033[K")  # the bar's line becomes the job's
@@ -130,6 +140,7 @@ class SweepProgress(Callback):
     def finish(self):
         from train.report import write_report
 
+        self.over.set()
         self.drawing.shutdown(wait=True)
         drawn = {run for run, done in self.timelines.items() if done.exception() is None and done.result()}
         print("\n" + write_report(self.sweep_dir, drawn), flush=True)  # draws what the thread did not
