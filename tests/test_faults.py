@@ -115,6 +115,23 @@ def test_sigterm_to_the_launcher_stops_every_rank_and_names_the_signal(tmp_path)
     run.assert_nothing_left_and_events_kept()
 
 
+def test_a_launcher_killed_with_sigkill_takes_its_forkserver_and_ranks_along(tmp_path):
+    """kill -9 or the OOM killer: no handler runs, yet nothing of the run may run on (before, the ranks
+    would have stalled out their 120 s skew and waited at their barrier)."""
+    run = Launch(tmp_path / "run", "callback=barrier", "world_size=2", "skew.seconds=120")
+    run.wait_for(0, "skew_start")
+    run.wait_for(1, "sync_enter")
+    assert len(processes_tagged(str(run.dir))) >= 4  # launcher, forkserver, two ranks
+    run.proc.kill()
+    run.proc.wait()
+    deadline = time.time() + 10
+    while processes_tagged(str(run.dir)) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not processes_tagged(str(run.dir))
+    assert [e["event"] for e in run.events(0)][-1] == "skew_start"  # what each rank recorded is still there
+    assert [e["event"] for e in run.events(1)][-1] == "sync_enter"
+
+
 def test_a_stop_while_the_ranks_are_starting_ends_quietly(tmp_path):
     run = Launch(tmp_path / "run", "world_size=2")
     deadline = time.time() + 120

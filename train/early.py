@@ -9,11 +9,14 @@ The forkserver is ended at exit, used or not (a config error, a sweep of n/a job
 This module imports nothing heavy: the launcher never imports fastai.
 """
 import atexit
+import ctypes
 import os
 import signal
+import sys
 from pathlib import Path
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def forkserver_wanted(argv) -> bool:
@@ -69,3 +72,17 @@ def stop_forkserver():
             getattr(helper, "_stop", lambda: None)()
         except ChildProcessError:  # already reaped
             pass
+
+
+def end_with_parent():
+    """Have Linux SIGKILL this process when its parent dies. Called first in the forkserver (its
+    preload) and in each rank: a launcher killed with SIGKILL (kill -9, the OOM killer) then takes its
+    forkserver along, and the forkserver its ranks, instead of leaving them to run on. Elsewhere, a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before we asked
+        os._exit(1)

@@ -6,6 +6,7 @@ DistributedDataParallel (torch._dynamo with sympy, and torch.distributed's DDP p
 data sets. The digits set, which no config changes (only its split does), is read here too. None of
 this starts a thread, opens a process group or touches CUDA, so forking after it is safe.
 
+The forkserver ends with its launcher, even one killed with SIGKILL (train.early.end_with_parent).
 Besides the worker's imports, one quiet rule: a rank that the forkserver was still starting when
 the run was stopped (Ctrl-C, docker stop) finds its start-up locks already removed by the stopping
 launcher. Its FileNotFoundError from SemLock._rebuild is the stop, not a failure, so it ends without
@@ -14,7 +15,10 @@ a traceback. Any other error is printed as usual.
 import sys
 import traceback
 
-import train.rank  # noqa: F401  (what a forked rank unpickles: its entry point)
+from train.early import end_with_parent
+
+end_with_parent()  # before the imports: the forkserver goes when its launcher goes, even on SIGKILL
+import train.rank  # noqa: F401,E402  (what a forked rank unpickles: its entry point)
 import train.worker  # noqa: F401  (fastai, torch and the worker, imported once for every rank)
 import torch._dynamo  # noqa: F401,E402  (DistributedDataParallel imports it on first use: about 3 s a rank)
 import torch.distributed.algorithms.ddp_comm_hooks  # noqa: F401,E402
