@@ -49,9 +49,11 @@ def test_no_shared_fs_on_one_host_barrier_loses_and_broadcast_and_save_on_each_n
     assert (run.dir / "models/node0/best.pth").exists() and not (run.dir / "models/node1/best.pth").exists()
     assert not processes_tagged(str(run.dir))  # both agents and every rank are gone
 
-    for fix in ("broadcast", "save_on_each_node"):
-        run = train("scenario=no_shared_fs", f"callback={fix}", "world_size=2", "expect=clean")
+    for fix in ("broadcast", "save_on_each_node"):  # an override in Hydra's ++ form reaches both nodes too
+        run = train("scenario=no_shared_fs", f"callback={fix}", "world_size=2", "expect=clean", "++seed=3")
         assert run.rc == 0, run.out[-3000:]
+        assert [json.loads((run.dir / f"nodes/node{k}/node_summary.json").read_text())["config"]["seed"]
+                for k in (0, 1)] == [3, 3]
         assert run.summary["replicas"] == "agree"
         assert len({r["final_digest"] for r in run.summary["ranks"]}) == 1
         assert not processes_tagged(str(run.dir))
