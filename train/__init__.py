@@ -2,10 +2,12 @@
 
 The story, in reading order:
   config.py    the schema: every key, its type, default, range and meaning, declared once
+  early.py     the forkserver's life: started before the launcher imports torch, ended at exit
   launch.py    Hydra main: check the config, start the ranks with torch elastic, collect, summarise
   errors.py    Hydra's composition errors as one line
   plan.py      rules across keys, the machine's limits, the device/backend choice (before any rank starts)
   nodes.py     several nodes: a node's own record, the merge, one host standing in for several
+  rank.py      each rank's entry point, small, so a forked rank need not import the launcher
   worker.py    one rank: data, learner, fit, and the save/load under test
   preload.py   what the forkserver imports once, before it forks any rank
   callbacks.py the fixes: SaveModelCallback variants that differ only in how they save, sync and load
