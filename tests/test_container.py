@@ -445,6 +445,11 @@ def docker_calls(env) -> list:
     return log.read_text().splitlines() if log.exists() else []
 
 
+def positions(calls: list, text: str) -> list:
+    """Where in the docker call log the calls that contain text are."""
+    return [i for i, c in enumerate(calls) if text in c]
+
+
 def test_a_compose_that_exits_0_on_failure_is_refused_before_anything_runs(tmp_path):
     env = host(tmp_path, DOCKER_ALWAYS_0)
     proc = make("up-cpu", env=env)
@@ -476,8 +481,8 @@ def test_up_cpu_names_the_run_dir_it_wrote_and_removes_its_container(tmp_path, s
     assert proc.returncode == 0, proc.stderr
     assert f"  runs/{stub_run_dir.name}/" in proc.stdout.splitlines()
     calls = docker_calls(env)
-    up = [i for i, c in enumerate(calls) if "compose --profile cpu up " in c]
-    rm = [i for i, c in enumerate(calls) if "compose --profile cpu rm --force --stop cpu" in c]
+    up = positions(calls, "compose --profile cpu up ")
+    rm = positions(calls, "compose --profile cpu rm --force --stop cpu")
     assert len(up) == 1 and len(rm) == 1 and rm[0] > up[0]
     assert not [c for c in calls if " build " in f" {c} "]  # the image is there (image inspect answers 0)
 
@@ -487,8 +492,8 @@ def test_up_builds_only_a_missing_image_and_no_build_refuses_to(tmp_path, stub_r
     proc = make("up-cpu", "IMAGE_TAG=t1", env=env)
     assert proc.returncode == 0, proc.stderr
     calls = docker_calls(env)
-    build = [i for i, c in enumerate(calls) if " build cpu" in c]
-    up = [i for i, c in enumerate(calls) if " up " in c]
+    build = positions(calls, " build cpu")
+    up = positions(calls, " up ")
     assert len(build) == 1 and build[0] < up[0]
     assert [c for c in calls if c.endswith("|image inspect race-lab:t1")]
 
@@ -657,8 +662,8 @@ def test_make_up_nodes_cpu_runs_both_nodes_lists_their_disks_then_removes_contai
     proc = make("up-nodes-cpu", "EPOCHS=1", env=env)
     assert proc.returncode == 0, proc.stderr
     calls = docker_calls(env)
-    up = [i for i, c in enumerate(calls) if "compose --profile nodes-cpu up --no-build" in c]
-    down = [i for i, c in enumerate(calls) if "compose --profile nodes-cpu down --volumes node0-cpu node1-cpu" in c]
+    up = positions(calls, "compose --profile nodes-cpu up --no-build")
+    down = positions(calls, "compose --profile nodes-cpu down --volumes node0-cpu node1-cpu")
     assert len(up) == 1 and len(down) == 1 and down[0] > up[0]
     assert calls[up[0]].endswith(" node0-cpu node1-cpu")
     assert not [c for c in calls if "--remove-orphans" in c]  # only its own two containers
