@@ -211,14 +211,8 @@ class BarrierSaveModelCallback(RaceSaveModelCallback):
         barrier = fastai.learner.distrib_barrier
 
         def watched_barrier():
-            self.events.record("sync_enter", how="barrier")
-            try:
-                barrier()
-            except Exception as e:
-                self.events.record("sync_error", how="barrier", **error_fields(e))
-                say(f"barrier failed: {type(e).__name__}: {e}")
-                raise SyncFailed from e
-            self.events.record("sync_exit", how="barrier")
+            if not self.wait("barrier", barrier):
+                raise SyncFailed
             self.record_load_attempt()
 
         fastai.learner.distrib_barrier = watched_barrier

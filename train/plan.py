@@ -67,8 +67,12 @@ def check_config(cfg: dict) -> None:
                  "must be two different digits")
 
 
-def _check_machine(cfg: dict, device: str, machine: Machine):
-    ws = cfg["world_size"] // (1 if cfg["launch"]["all_nodes_here"] else cfg["nnodes"])  # the ranks on this host
+def ranks_on_this_host(cfg: dict) -> int:
+    """All of them when every node runs here (launch.all_nodes_here), else one node's share."""
+    return cfg["world_size"] // (1 if cfg["launch"]["all_nodes_here"] else cfg["nnodes"])
+
+
+def _check_machine(cfg: dict, device: str, machine: Machine, ws: int):
     if device == "cpu" and not cfg["launch"]["oversubscribe"]:
         limit = RANKS_PER_CORE * machine.cpus
         _require(ws <= limit, "world_size", ws, f"more than {RANKS_PER_CORE} CPU ranks per core: this machine has "
@@ -85,7 +89,7 @@ def _check_machine(cfg: dict, device: str, machine: Machine):
 def make_plan(cfg: dict, machine: Machine) -> Plan:
     """Check cfg, then pick device and backend for the ranks and hold them against the machine."""
     check_config(cfg)
-    ranks = cfg["world_size"] // (1 if cfg["launch"]["all_nodes_here"] else cfg["nnodes"])  # on this host
+    ranks = ranks_on_this_host(cfg)
     device, backend = cfg["device"], cfg["backend"]
     gpu_count = machine.gpus
     enough = gpu_count >= ranks
@@ -105,7 +109,7 @@ def make_plan(cfg: dict, machine: Machine) -> Plan:
     if device == "cuda" and not enough:  # fastai/Accelerate put rank r on cuda:r
         key, value = ("backend", "nccl") if backend == "nccl" else ("device", "cuda")
         raise _bad(key, value, f"needs one GPU per rank: {ranks} ranks, {gpu_count} GPU(s) visible")
-    _check_machine(cfg, device, machine)
+    _check_machine(cfg, device, machine, ranks)
 
     if cfg["device"] == "auto" and cfg["backend"] == "auto":
         reason = (f"auto: {gpu_count} GPU(s) visible for {ranks} rank(s) -> "
