@@ -2,7 +2,6 @@
 folders standing for each node's own disk, node run dirs merged into one verdict."""
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -10,12 +9,20 @@ import time
 import pytest
 
 from conftest import ROOT, processes_tagged, tagged_env
+from train.nodes import free_port
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+PROBE_THE_RUN_DIR = """
+import sys, time
+from pathlib import Path
+from train.launch import check_writable
+run_dir, me, ready = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+(ready / me).touch()
+while len(list(ready.iterdir())) < 2:  # both processes probe over the same second
+    time.sleep(0.01)
+until = time.monotonic() + 1
+while time.monotonic() < until:
+    check_writable(run_dir)
+"""
 
 
 def node(run_dir, tag, *overrides):
@@ -57,6 +64,19 @@ def test_no_shared_fs_on_one_host_barrier_loses_and_broadcast_and_save_on_each_n
         assert run.summary["replicas"] == "agree"
         assert len({r["final_digest"] for r in run.summary["ranks"]}) == 1
         assert not processes_tagged(str(run.dir))
+
+
+def test_the_node_launchers_that_share_a_run_dir_can_both_check_it_is_writable_at_once(tmp_path):
+    """launch.all_nodes_here starts every node's launcher into one run dir, at once; a shared probe file name
+    once made one of them refuse the run dir (exit 2) when the other removed the probe first."""
+    run_dir, ready = tmp_path / "run", tmp_path / "ready"
+    run_dir.mkdir()
+    ready.mkdir()
+    probes = [subprocess.Popen([sys.executable, "-c", PROBE_THE_RUN_DIR, str(run_dir), str(k), str(ready)], cwd=ROOT,
+                               stderr=subprocess.PIPE, text=True) for k in range(2)]
+    errors = [p.communicate(timeout=120)[1] for p in probes]
+    assert [p.returncode for p in probes] == [0, 0], errors
+    assert list(run_dir.iterdir()) == []
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import traceback
 import uuid
@@ -354,10 +355,10 @@ def main(dict_cfg) -> str:
 
 
 def check_writable(run_dir: Path):
-    """The run dir (Hydra made it) must take our files; say so in one line, not a traceback later."""
-    probe = run_dir / ".write-test"
+    """The run dir (Hydra made it) must take our files; say so in one line, not a traceback later. The probe
+    has a name of its own: the node launchers of launch.all_nodes_here share one run dir and probe it at once."""
     try:
-        probe.write_text("")
-        probe.unlink()
+        with tempfile.TemporaryFile(dir=run_dir, prefix=".write-test-"):
+            pass
     except OSError as e:
         raise ConfigError(f"hydra.run.dir={run_dir}: cannot write there ({e.strerror})") from None
