@@ -1,5 +1,7 @@
 """Bad configs are rejected with one line before any rank starts; device/backend choice; the schema
 is the one source of every key, and README's table is made from it."""
+import copy
+import functools
 import os
 import subprocess
 import sys
@@ -16,7 +18,12 @@ LAPTOP = Machine(cpus=2, gpus=0, memory_mib=16_000, open_files=1024)
 
 
 def composed(*overrides) -> dict:
-    """The config `python -m train` would run, as plain data (nothing is launched)."""
+    """The config `python -m train` would run, as plain data (nothing is launched); a fresh copy each time."""
+    return copy.deepcopy(_composed(overrides))
+
+
+@functools.lru_cache(maxsize=None)
+def _composed(overrides: tuple) -> dict:
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
     out = OmegaConf.to_container(cfg, resolve=False)
@@ -189,3 +196,20 @@ def test_python_m_train_config_prints_the_table():
                          timeout=60)
     assert out.stdout == markdown_table()
     assert "| `fault.save_error` | null |" in out.stdout and "| `data.batch_size` | 16 |" in out.stdout
+
+
+def test_the_tables_default_column_says_each_kind_of_default():
+    from dataclasses import dataclass, field, fields
+
+    from train.config import _default_text
+
+    @dataclass
+    class Kinds:
+        group: int
+        null: str = None
+        flag: bool = False
+        text: str = "best"
+        number: float = 0.5
+        items: list = field(default_factory=lambda: [3, 7])
+
+    assert [_default_text(f) for f in fields(Kinds)] == ["(group)", "null", "false", "`best`", "0.5", "[3, 7]"]

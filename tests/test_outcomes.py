@@ -261,6 +261,9 @@ def test_an_unknown_load_error_on_a_file_shorter_than_the_last_save_is_corrupt(s
     events = launch("ok", *saver(), ev(11.0, 1, "load_attempt", bytes=seen),
                     ev(11.01, 1, "load_error", error_type="RuntimeError", message="size mismatch"))
     assert outcome(1, events) == expected
+    unsized = launch("ok", ev(4.9, 0, "save_start"), ev(5, 0, "save_end", digest="w"),  # a save of unknown size
+                     ev(11.0, 1, "load_attempt", bytes=0), ev(11.01, 1, "load_error", error_type="E", message="m"))
+    assert outcome(1, unsized) == "error"
     no_save = launch("ok", ev(11.0, 1, "load_attempt", bytes=seen),
                      ev(11.01, 1, "load_error", error_type="RuntimeError", message="size mismatch"))
     assert outcome(1, no_save) == "error"
@@ -331,11 +334,14 @@ def test_skipped_crashed_and_died_ranks_say_why():
     assert detail(0, launch("failed", ev(9, 0, "crash"))) == \
         ("crashed", "it died where the scenario placed a crash (fault.crash_rank)")
     died = [ev(3, "launcher", "rank_failed", failed_rank=1, exitcode=1, message="first", log="a.log"),
+            ev(3.5, "launcher", "rank_failed", failed_rank=1, exitcode=2, message="", log="c.log"),
             ev(4, "launcher", "rank_failed", failed_rank=1, exitcode=-9, message="", log="b.log")]
     found = classify_rank(1, launch("failed", *died))
-    assert (found.outcome, found.detail, found.log) == ("error", "exit code -9", "b.log")
-    found = classify_rank(1, launch("failed", died[1], died[0]))
+    assert (found.outcome, found.detail, found.log) == ("error", "exit code -9", "b.log")  # the last one
+    found = classify_rank(1, launch("failed", died[2], died[0]))
     assert (found.outcome, found.detail, found.log) == ("error", "first", "a.log")
+    no_log = ev(4, "launcher", "rank_failed", failed_rank=1, exitcode=1, message="m")
+    assert classify_rank(1, launch("failed", no_log)).log == ""
     assert classify_rank(1, launch("ok", *saver(), *loader(1, 12.5, digest="w-last"))).log == ""
 
 
@@ -375,6 +381,12 @@ def test_timings_are_seconds_since_the_first_launch_start():
                                           "load_after_save_end": 1.2}
     no_launch = [e for e in events if e["rank"] != "launcher"]
     assert rank_timings(mine, no_launch)["fit_start"] == 0.0  # from the first event there is
+    early = [ev(-1, 0, "rank_start"), *events]  # an event before the launch (another node's) does not move t0
+    assert rank_timings(mine, early)["fit_start"] == 2.0
+    precise = [ev(0, "launcher", "launch_start"), ev(1.23456, 1, "sync_enter"), ev(2.34567, 1, "sync_exit"),
+               ev(0.11111, 0, "save_end", digest="w"), ev(3.45678, 1, "load_attempt")]
+    assert rank_timings(precise[1:3] + precise[4:], precise) == {
+        "sync_enter": 1.235, "sync_exit": 2.346, "load_attempt": 3.457, "wait": 1.111, "load_after_save_end": 3.346}
     failed = [ev(0, "launcher", "launch_start"), ev(3, 1, "sync_enter"), ev(7.5, 1, "sync_error")]
     assert rank_timings(failed[1:], failed) == {"sync_enter": 3.0, "sync_error": 7.5, "wait": 4.5}
     assert rank_timings(failed[2:], failed) == {"sync_error": 7.5}  # no enter: no wait
