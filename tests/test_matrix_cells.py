@@ -73,7 +73,8 @@ def test_diverged_replicas_are_counted_per_run():
 
 def test_build_makes_one_cell_per_pair_in_the_readme_order():
     rows = [row("clean", scenario="torn", variant="atomic"), row("race", scenario="torn", variant="poll", corrupt=1),
-            row("race", scenario="seed", variant="unsynced", missing=1), row("clean", scenario="torn", variant="atomic"),
+            row("race", scenario="seed", variant="unsynced", missing=1),
+            row("clean", scenario="torn", variant="atomic"),
             row("clean", scenario="mine", variant="zfix"), row("clean", scenario="alpha", variant="afix")]
     cells = build(rows)
     assert [(c["scenario"], c["fix"]) for c in cells] == [
