@@ -40,7 +40,7 @@ def test_a_small_sweep_makes_the_report(tmp_path):
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[sweep] job ")]
     assert len(lines) == 4 and all(re.search(r"  (race|clean)  \d+\.\d s$", line) for line in lines), lines
     assert "callback=unsynced" in next(line for line in lines if "  race  " in line)
-    assert "Attempting to load model." not in proc.stdout and "[default_role" not in proc.stdout
+    assert "Attempting to load model." not in proc.stdout and "[rank " not in proc.stdout
     assert "\r" not in proc.stdout, "no progress bar outside a terminal"
     for job in sweep.glob("[0-9]-*"):
         rank_logs = "".join(p.read_text() for p in job.glob("logs/*/attempt_0/*/stdout.log"))
