@@ -114,6 +114,55 @@ def test_the_progress_bar_estimates_the_time_left():
     assert progress_bar(4, 4, 0, width=8) == "[########] 4/4 jobs  ~0s left"
 
 
+def inside(fig, artist) -> bool:
+    """artist is drawn wholly within the figure: nothing of it is clipped at an edge."""
+    box = artist.get_window_extent(fig.canvas.get_renderer())
+    return fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1
+
+
+def words(text) -> str:
+    return " ".join(text.split())
+
+
+def matrix_cells(n_scenarios, n_fixes) -> list:
+    """Hand-made cells: the known scenarios and fixes first, then made-up ones for wider grids."""
+    from train.matrix import FIX_ORDER, SCENARIO_ORDER
+
+    scenarios = (SCENARIO_ORDER + [f"scenario_{k}" for k in range(20)])[:n_scenarios]
+    fixes = (FIX_ORDER + [f"fix_{k}" for k in range(20)])[:n_fixes]
+    kinds = [("race", 1.0, "timeout, skipped", 2), ("clean", 0.0, "", 0), ("save_failed", 0.0, "skipped", 0),
+             ("n/a", "", "", "")]
+    cells = []
+    for i, s in enumerate(scenarios):
+        for j, f in enumerate(fixes):
+            verdict, rate, outcome, diverged = kinds[(i + j) % len(kinds)]
+            cells.append({"scenario": s, "fix": f, "runs": 0 if verdict == "n/a" else 2, "race_rate": rate,
+                          "verdict": verdict, "outcome": outcome, "replicas_diverged": diverged, "note": ""})
+    return cells
+
+
+@pytest.mark.parametrize("grid", [(1, 1), (2, 2), (2, 1), (1, 8), (8, 1), (8, 8), (10, 12)])
+def test_the_matrix_title_and_legend_fit_any_grid(tmp_path, grid):
+    from train.matrix import TITLE, matrix_figure, plot
+
+    cells = matrix_cells(*grid)
+    fig = matrix_figure(cells)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    title, key, ax = fig._suptitle, fig.legends[0], fig.axes[0]
+    assert words(title.get_text()) == TITLE  # wrapped over lines, never cut
+    assert inside(fig, title) and inside(fig, key)
+    assert all(inside(fig, t) for t in ax.get_xticklabels() + ax.get_yticklabels())
+    grid_box = ax.get_tightbbox(renderer)  # the cells with the scenario and fix names
+    assert not title.get_window_extent(renderer).overlaps(grid_box)
+    assert not key.get_window_extent(renderer).overlaps(grid_box)
+    assert {t.get_text() for t in key.get_texts()} == {c["verdict"] for c in cells}
+    plot(cells, tmp_path / "matrix.png")  # the PNG is this figure, at 110 dpi
+    with Image.open(tmp_path / "matrix.png") as im:
+        assert im.format == "PNG"
+        assert im.size == pytest.approx((fig.get_figwidth() * 110, fig.get_figheight() * 110), abs=1)
+
+
 @pytest.mark.slow
 def test_make_stability_counts_the_verdicts_and_the_saved_weights(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "train.stability", "--runs", "2", "--dir", str(tmp_path / "s"),
