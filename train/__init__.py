@@ -19,6 +19,7 @@ The story, in reading order:
   sweep.py     Hydra callback for -m: job k of n, then the report
   report.py    runs -> report.csv, report.md and plots; --merge for several nodes' run dirs
   matrix.py    a sweep's scenario x fix matrix: matrix.csv, matrix.md, matrix.png
+  figures.py   what the pictures share: text wrapped to the figure, a legend that fits
   stability.py the seed scenario N times per fix: how stable the verdicts are
   bench.py     wall time and launcher memory, recorded to a file
 """

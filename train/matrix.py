@@ -16,6 +16,7 @@ SCENARIO_ORDER = ["seed", "stale", "torn", "skip_if_missing", "disagree", "save_
 FIX_ORDER = ["unsynced", "barrier", "poll", "atomic", "agreed", "broadcast", "dcp", "save_on_each_node"]
 COLOURS = {"clean": "#a1d99b", "save_failed": "#9ecae1", "race": "#fc9272", "error": "#bdbdbd",
            "interrupted": "#bdbdbd", "n/a": "#f0f0f0", "crashed": "#bdbdbd"}
+TITLE = "What every rank ended up with: scenario (what goes wrong) x fix"
 FIELDS = ["scenario", "fix", "runs", "race_rate", "verdict", "outcome", "replicas_diverged", "note"]
 
 
@@ -78,14 +79,17 @@ def markdown(cells: list, references: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(cells: list, path: Path):
-    from matplotlib.figure import Figure  # no pyplot: no global state
+def matrix_figure(cells: list):
+    """The matrix as a Figure: a coloured cell per (scenario, fix) with its label, the title
+    wrapped to the figure's width and the legend below, in as many columns as fit."""
     from matplotlib.patches import Patch, Rectangle
+
+    from train import figures
 
     fixes = _order({c["fix"] for c in cells}, FIX_ORDER)
     scenarios = _order({c["scenario"] for c in cells}, SCENARIO_ORDER)
     by = {(c["scenario"], c["fix"]): c for c in cells}
-    fig = Figure(figsize=(1.5 + 1.45 * len(fixes), 1.2 + 0.7 * len(scenarios)))
+    fig = figures.figure(1.5 + 1.45 * len(fixes), 1)  # its height is set below, once the title is wrapped
     ax = fig.subplots()
     for y, s in enumerate(scenarios):
         for x, f in enumerate(fixes):
@@ -104,11 +108,14 @@ def plot(cells: list, path: Path):
     for side in ax.spines.values():
         side.set_visible(False)
     present = [v for v in COLOURS if v in {c["verdict"] for c in cells}]
-    fig.legend(handles=[Patch(color=COLOURS[v], label=v) for v in present], loc="lower center",
-               ncol=len(present), fontsize=8, frameon=False)
-    fig.suptitle("What every rank ended up with: scenario (what goes wrong) x fix", fontsize=10, y=0.995)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
-    save_png_atomic(fig, path)
+    key = figures.legend(fig, [Patch(color=COLOURS[v], label=v) for v in present], fontsize=8)
+    title = fig.suptitle(figures.wrap(fig, TITLE, fontsize=10), fontsize=10)
+    figures.grow_to_fit(fig, 0.5 + 0.7 * len(scenarios), title, key)  # the cells and the fix names, then title and legend
+    return fig
+
+
+def plot(cells: list, path: Path):
+    save_png_atomic(matrix_figure(cells), path)
 
 
 def scenario_references(configs: Path) -> dict:

@@ -10,7 +10,6 @@ import csv
 import json
 import statistics
 import sys
-import textwrap
 from pathlib import Path
 
 import yaml
@@ -157,17 +156,22 @@ PHASES = [  # (label, start event, end events, colour), drawn in this order
 FAILURES = ("load_error", "sync_error", "save_error", "crash")
 
 
-def plot_timeline(run: Path, events: list, path: Path):
-    """One bar per rank: start-up, training, skew, saving, waiting at its sync, loading; failures marked."""
-    from matplotlib.figure import Figure  # no pyplot: no global state, so a thread may draw
+def timeline_figure(run: Path, events: list):
+    """One bar per rank: start-up, training, skew, saving, waiting at its sync, loading; failures
+    marked and each rank's outcome on the right. Time runs from the first rank's start: the
+    launcher's own start-up before it is only given, in the x label. The title holds the run's
+    whole explanation, wrapped, and the figure grows to fit it."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
+    from train import figures
+
     summary = load_summary(run)
-    t0 = next((e["t"] for e in events if e["event"] == "launch_start"), events[0]["t"])
+    launched = next((e["t"] for e in events if e["event"] == "launch_start"), events[0]["t"])
+    t0 = next((e["t"] for e in events if e["event"] == "rank_start"), launched)
     end = max(e["t"] for e in events) - t0
     ranks = sorted({e["rank"] for e in events if isinstance(e["rank"], int)})
-    fig = Figure(figsize=(10, 1.9 + 0.5 * len(ranks)))
+    fig = figures.figure(10, 1)  # its height is set below, once the title is wrapped
     ax = fig.subplots()
     for y, rank in enumerate(ranks):
         mine = [e for e in events if e["rank"] == rank]
@@ -182,25 +186,35 @@ def plot_timeline(run: Path, events: list, path: Path):
         for e in mine:
             if e["event"] in FAILURES:
                 ax.plot(e["t"] - t0, y, marker="X", color="#d62728", markersize=11, zorder=5)
-        outcome = summary["ranks"][rank]["outcome"] if rank < len(summary["ranks"]) else "?"
-        ax.text(end * 1.01, y, outcome, va="center", fontsize=9,
-                color="#2ca02c" if outcome == "loaded" else "#d62728")
     written = saves(events)
     if written:
         ax.axvline(written[-1]["t"] - t0, color="#3182bd", linestyle="--", linewidth=1)
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
     ax.invert_yaxis()
-    ax.set_xlim(0, end * 1.12)
-    ax.set_xlabel("seconds since launch (dashed: the last save ended)")
+    ax.set_xlim(0, end * 1.02)
+    # each rank's outcome, as tick labels on the right so the layout makes room for them
+    outcomes = [summary["ranks"][r]["outcome"] if r < len(summary["ranks"]) else "?" for r in ranks]
+    right = ax.secondary_yaxis("right")
+    right.set_yticks(range(len(ranks)), outcomes)
+    right.tick_params(length=0)
+    for text, outcome in zip(right.get_yticklabels(), outcomes):
+        text.set_color("#2ca02c" if outcome == "loaded" else "#d62728")
+    since = "launch" if t0 == launched else \
+        f"the first rank started (the launcher took {t0 - launched:.1f} s before it)"
+    ax.set_xlabel(f"seconds since {since}" + ("; dashed: the last save ended" if written else ""))
     cfg = summary["config"]
-    ax.set_title(f"{cfg.get('scenario') or 'seed'} x {cfg['callback']['name']}, skew {cfg['skew']['seconds']:g} s "
-                 f"on rank {cfg['skew']['rank']}: "
-                 f"{summary['verdict']}\n" + textwrap.shorten(summary["explanation"], 110), fontsize=9)
+    head = (f"{cfg.get('scenario') or 'seed'} x {cfg['callback']['name']}, skew {cfg['skew']['seconds']:g} s "
+            f"on rank {cfg['skew']['rank']}: {summary['verdict']}")
+    title = fig.suptitle(figures.wrap(fig, f"{head}\n{summary['explanation']}", fontsize=9), fontsize=9)
     handles = [Patch(color=c, label=label) for label, _, _, c in PHASES]
     handles.append(Line2D([], [], marker="X", color="#d62728", linestyle="none", label="failure"))
-    fig.legend(handles=handles, fontsize=8, ncol=len(handles), loc="lower center", frameon=False)
-    fig.tight_layout(rect=(0, 0.1 if len(ranks) > 2 else 0.14, 1, 1))
-    save_png_atomic(fig, path)
+    key = figures.legend(fig, handles, fontsize=8)
+    figures.grow_to_fit(fig, 0.9 + 0.5 * len(ranks), title, key)  # the bars and the x axis, then title and legend
+    return fig
+
+
+def plot_timeline(run: Path, events: list, path: Path):
+    save_png_atomic(timeline_figure(run, events), path)
 
 
 def draw_timeline(run: Path, events: list = None) -> bool:
