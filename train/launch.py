@@ -379,6 +379,8 @@ def main(dict_cfg) -> str:
         _started.clear()
 
     if summary["status"] == "interrupted":
+        if in_sweep:  # the sweep ends here; its progress line never comes
+            print(f"\n[sweep] {summary['explanation']}; this job's records: {records}", file=sys.stderr, flush=True)
         sys.exit(EXIT_INTERRUPTED)
     if summary["verdict"] == "error":  # the harness failed, or a rank did outside the experiment
         if not in_sweep:
