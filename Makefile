@@ -116,12 +116,13 @@ quote      = '$(subst ','\'',$(1))'
 COMPOSE    = HOST_UID=$(HOST_UID) HOST_GID=$(HOST_GID) IMAGE_TAG=$(IMAGE_TAG) MEMLOCK=$(call quote,$(MEMLOCK)) \
 	GIT_SHA=$(GIT_SHA) GIT_DIRTY=$(GIT_DIRTY) LOCK_SHA256=$(LOCK_SHA256) $(if $(BASE_IMAGE),BASE_IMAGE=$(BASE_IMAGE)) docker compose
 PROFILES   = --profile cpu --profile sweep --profile nodes --profile nodes-cpu
-CHECK      = IMAGE=$(IMAGE) bash docker/check-host.sh
+CHECK      = IMAGE=$(IMAGE) BASE_IMAGE=$(BASE_IMAGE) TARGET=$@ bash docker/check-host.sh
 SMOKE_DIR := runs/smoke-gpu/$(NOW)
 
-# $(1): the service. The image, built here only when it is missing, unless NO_BUILD is set.
+# $(1): the service. The image, built here only when it is missing, unless NO_BUILD is set. A failed build
+# is followed by check-host.sh base: a base image that cannot be pulled (no registry) gets its own line.
 ensure_image = $(if $(NO_BUILD),$(CHECK) image,docker image inspect $(IMAGE) >/dev/null 2>&1 || \
-	{ $(CHECK) disk && $(COMPOSE) $(PROFILES) build $(1); })
+	{ $(CHECK) disk && { $(COMPOSE) $(PROFILES) build $(1) || { $(CHECK) base; exit 1; }; }; })
 # $(1): the service, $(2): variables for Compose, $(3): its profile flags. Runs the service to its end and
 # exits with its exit code (and Compose's, when Compose fails), removing its container whatever happened.
 compose_up = $(2) $(COMPOSE) $(3) up --no-build --force-recreate --no-log-prefix --exit-code-from $(1) $(1); \
@@ -138,7 +139,7 @@ $(STAMP) lock: export GIT_ALLOW_PROTOCOL = file
 
 build: ## build the image (docker/Dockerfile): the lock's packages, git SHA and lock hash recorded in it [BASE_IMAGE=]
 	@$(CHECK) compose disk
-	$(COMPOSE) build train
+	$(COMPOSE) build train || { $(CHECK) base; exit 1; }
 
 up: ## run in the container on this host's GPUs: make up GPUS=3 [SKEW=5 EPOCHS=3 CALLBACK=barrier ARGS="..."]
 	@$(CHECK) compose nvidia gpus=$(GPUS)
