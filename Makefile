@@ -20,8 +20,9 @@ install: $(STAMP) $(EDITABLE) ## make .venv: requirements.lock's packages and th
 $(STAMP): requirements.lock
 	@PYTHON='$(PYTHON)' bash tools/install-venv.sh $(VENV) $@
 
+# setuptools warns on every editable install of a flat layout like this one; noise, so not shown
 $(EDITABLE): pyproject.toml $(STAMP)
-	$(PY) -m pip install --quiet --no-deps -e .
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet --no-deps -e .
 	rm -f $(VENV)/.editable-* && touch $@
 
 lock: ## re-resolve requirements.in into requirements.lock in a scratch venv
