@@ -1,26 +1,33 @@
 # Local targets run the experiment in .venv on CPU ranks (or GPUs when enough are visible).
-PYTHON ?= python3
+# PYTHON: the interpreter for a new .venv; empty: the first that fits of python3.11, python3.12,
+# python3.13, python3 (tools/check-python.sh says what fits).
+PYTHON ?=
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha256sum requirements.lock | cut -c1-12)
+# the race-lab package (pyproject.toml), installed editable on top of the lock
+EDITABLE := $(VENV)/.editable-$(shell sha256sum pyproject.toml | cut -c1-12)
 NOW    := $(shell date +%Y-%m-%d_%H-%M-%S)
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock run sweep matrix stability report bench test test-fast clean
+.PHONY: help install lock run sweep matrix stability report bench test test-fast clean distclean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F":.*## " "{printf \"  make %-16s %s\\n\", \$$1, \$$2}"
 
-install: $(STAMP) ## make .venv with the pinned dependencies of requirements.lock
+install: $(STAMP) $(EDITABLE) ## make .venv: requirements.lock's packages and the race-lab command [PYTHON=python3.12]
 
 $(STAMP): requirements.lock
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.lock
-	rm -f $(VENV)/.installed-* && touch $@
+	@PYTHON='$(PYTHON)' bash tools/install-venv.sh $(VENV) $@
+
+# setuptools warns on every editable install of a flat layout like this one; noise, so not shown
+$(EDITABLE): pyproject.toml $(STAMP)
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet --no-deps -e .
+	rm -f $(VENV)/.editable-* && touch $@
 
 lock: ## re-resolve requirements.in into requirements.lock in a scratch venv
-	rm -rf /tmp/race-lab-lock && $(PYTHON) -m venv /tmp/race-lab-lock
+	python=$$(bash tools/check-python.sh $(or $(PYTHON),python3.11 python3.12 python3.13 python3)) && \
+		rm -rf /tmp/race-lab-lock && $$python -m venv /tmp/race-lab-lock
 	/tmp/race-lab-lock/bin/pip install --quiet -r requirements.in
 	{ sed -n 1,2p requirements.lock; /tmp/race-lab-lock/bin/pip freeze; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock
@@ -64,11 +71,14 @@ bench: install ## time to verdict: each figure beside its goal, vs a plain torch
 test: install ## run the whole test suite, as CI does (real multi-rank gloo jobs, the matrix, the engine tier)
 	$(PY) -m pytest -q tests
 
-test-fast: install ## the quick subset for your own loop: no slow or engine tests (about 3 minutes on 2 cores)
+test-fast: install ## the quick subset for your own loop: no slow or engine tests (about 3-4 minutes on 2 cores)
 	$(PY) -m pytest -q -m "not slow and not engine" tests
 
 clean: ## remove runs/ (results) and caches; keeps .venv
 	rm -rf runs .pytest_cache
+
+distclean: clean ## also remove .venv (make install builds it again, e.g. with another PYTHON=)
+	rm -rf $(VENV)
 
 # --- container ---
 # The experiment in docker/Dockerfile's image, run by Docker Compose (the v2 plugin: `docker compose`)
@@ -107,12 +117,13 @@ quote      = '$(subst ','\'',$(1))'
 COMPOSE    = HOST_UID=$(HOST_UID) HOST_GID=$(HOST_GID) IMAGE_TAG=$(IMAGE_TAG) MEMLOCK=$(call quote,$(MEMLOCK)) \
 	GIT_SHA=$(GIT_SHA) GIT_DIRTY=$(GIT_DIRTY) LOCK_SHA256=$(LOCK_SHA256) $(if $(BASE_IMAGE),BASE_IMAGE=$(BASE_IMAGE)) docker compose
 PROFILES   = --profile cpu --profile sweep --profile nodes --profile nodes-cpu
-CHECK      = IMAGE=$(IMAGE) bash docker/check-host.sh
+CHECK      = IMAGE=$(IMAGE) BASE_IMAGE=$(BASE_IMAGE) TARGET=$@ bash docker/check-host.sh
 SMOKE_DIR := runs/smoke-gpu/$(NOW)
 
-# $(1): the service. The image, built here only when it is missing, unless NO_BUILD is set.
+# $(1): the service. The image, built here only when it is missing, unless NO_BUILD is set. A failed build
+# is followed by check-host.sh base: a base image that cannot be pulled (no registry) gets its own line.
 ensure_image = $(if $(NO_BUILD),$(CHECK) image,docker image inspect $(IMAGE) >/dev/null 2>&1 || \
-	{ $(CHECK) disk && $(COMPOSE) $(PROFILES) build $(1); })
+	{ $(CHECK) disk && { $(COMPOSE) $(PROFILES) build $(1) || { $(CHECK) base; exit 1; }; }; })
 # $(1): the service, $(2): variables for Compose, $(3): its profile flags. Runs the service to its end and
 # exits with its exit code (and Compose's, when Compose fails), removing its container whatever happened.
 compose_up = $(2) $(COMPOSE) $(3) up --no-build --force-recreate --no-log-prefix --exit-code-from $(1) $(1); \
@@ -129,7 +140,7 @@ $(STAMP) lock: export GIT_ALLOW_PROTOCOL = file
 
 build: ## build the image (docker/Dockerfile): the lock's packages, git SHA and lock hash recorded in it [BASE_IMAGE=]
 	@$(CHECK) compose disk
-	$(COMPOSE) build train
+	$(COMPOSE) build train || { $(CHECK) base; exit 1; }
 
 up: ## run in the container on this host's GPUs: make up GPUS=3 [SKEW=5 EPOCHS=3 CALLBACK=barrier ARGS="..."]
 	@$(CHECK) compose nvidia gpus=$(GPUS)
