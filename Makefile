@@ -147,14 +147,14 @@ up: ## run in the container on this host's GPUs: make up GPUS=3 [SKEW=5 EPOCHS=3
 	@mkdir -p runs
 	@$(call ensure_image,train)
 	@$(CHECK) memlock=$(MEMLOCK)
-	$(call compose_up,train,GPUS=$(GPUS) ARGS=$(call quote,$(TRAIN_ARGS)))
+	@$(call compose_up,train,GPUS=$(GPUS) ARGS=$(call quote,$(TRAIN_ARGS)))
 	@$(call results,summary.json)
 
 up-cpu: ## the same image on CPU ranks over gloo, no GPU needed: make up-cpu [SKEW= EPOCHS= CALLBACK= ARGS=]
 	@$(CHECK) compose
 	@mkdir -p runs
 	@$(call ensure_image,cpu)
-	$(call compose_up,cpu,ARGS=$(call quote,$(TRAIN_ARGS)),--profile cpu)
+	@$(call compose_up,cpu,ARGS=$(call quote,$(TRAIN_ARGS)),--profile cpu)
 	@$(call results,summary.json)
 
 sweep-container: ## a Hydra multirun in the container on GPUS GPUs [SWEEP="skew.seconds=0,2 callback=barrier" ARGS=]
@@ -162,14 +162,14 @@ sweep-container: ## a Hydra multirun in the container on GPUS GPUs [SWEEP="skew.
 	@mkdir -p runs
 	@$(call ensure_image,sweep)
 	@$(CHECK) memlock=$(MEMLOCK)
-	$(call compose_up,sweep,GPUS=$(GPUS) SWEEP=$(call quote,$(SWEEP)) ARGS=$(call quote,$(ARGS)),--profile sweep)
+	@$(call compose_up,sweep,GPUS=$(GPUS) SWEEP=$(call quote,$(SWEEP)) ARGS=$(call quote,$(ARGS)),--profile sweep)
 	@$(call results,report.md)
 
 sweep-container-cpu: ## the same multirun on CPU ranks over gloo, no GPU needed [SWEEP= ARGS=]
 	@$(CHECK) compose
 	@mkdir -p runs
 	@$(call ensure_image,sweep-cpu)
-	$(call compose_up,sweep-cpu,SWEEP=$(call quote,$(SWEEP)) ARGS=$(call quote,$(ARGS)),--profile cpu)
+	@$(call compose_up,sweep-cpu,SWEEP=$(call quote,$(SWEEP)) ARGS=$(call quote,$(ARGS)),--profile cpu)
 	@$(call results,report.md)
 
 down: ## remove the containers of up, up-cpu, sweep-container and up-nodes (./runs stays)
@@ -215,7 +215,7 @@ up-nodes: ## two nodes, two containers, no shared disk: make up-nodes GPUS_PER_N
 	@mkdir -p runs
 	@$(call ensure_image,train)
 	@$(CHECK) memlock=$(MEMLOCK)
-	$(call nodes_up,nodes,node0 node1,NODES_WORLD_SIZE=$$((2 * $(GPUS_PER_NODE))) \
+	@$(call nodes_up,nodes,node0 node1,NODES_WORLD_SIZE=$$((2 * $(GPUS_PER_NODE))) \
 		NODE0_GPUS=$$(seq -s, 0 $$(($(GPUS_PER_NODE) - 1))) \
 		NODE1_GPUS=$$(seq -s, $(GPUS_PER_NODE) $$((2 * $(GPUS_PER_NODE) - 1))))
 	@$(call results,summary.json)
@@ -224,7 +224,7 @@ up-nodes-cpu: ## the same two nodes on CPU ranks over gloo, no GPU needed [CALLB
 	@$(CHECK) compose
 	@mkdir -p runs
 	@$(call ensure_image,cpu)
-	$(call nodes_up,nodes-cpu,node0-cpu node1-cpu)
+	@$(call nodes_up,nodes-cpu,node0-cpu node1-cpu)
 	@$(call results,summary.json)
 
 smoke-gpu: install ## GPU host, no container: seed scenario over NCCL on GPUS GPUs (default all), both variants
