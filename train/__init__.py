@@ -17,6 +17,7 @@ The story, in reading order:
   outcomes.py  pure functions: events -> what each rank saw -> verdict
   summary.py   summary.json, the environment, and the console table
   sweep.py     Hydra callback for -m: job k of n, then the report
+  rates.py     a rate as a count with its 95% Wilson interval; which runs a rate does not count
   report.py    runs -> report.csv, report.md and plots; --merge for several nodes' run dirs
   matrix.py    a sweep's scenario x fix matrix: matrix.csv, matrix.md, matrix.png
   figures.py   what the pictures share: text wrapped to the figure, a legend that fits
