@@ -9,12 +9,7 @@ import sys
 import pytest
 from PIL import Image
 
-from conftest import ROOT
-
-
-def multirun(sweep_dir, *overrides, timeout=600):
-    return subprocess.run([sys.executable, "-m", "train", "-m", f"hydra.sweep.dir={sweep_dir}", *overrides],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+from conftest import ROOT, multirun
 
 
 def read_csv(path):

@@ -168,13 +168,18 @@ def scenario_references(configs: Path) -> dict:
 
 
 def write_matrix(root: Path, rows: list, configs: Path) -> str:
+    """matrix.csv, matrix.md, matrix.png and matrix.html (train/matrix_html.py) into root; returns the table."""
+    from train.matrix_html import write_html
+
     cells = build(rows)
     with open(root / "matrix.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(cells)
-    table = markdown(cells, scenario_references(configs))
+    references = scenario_references(configs)
+    table = markdown(cells, references)
     (root / "matrix.md").write_text(
         f"# Scenario x fix: {root.name}\n\n{table}\n\n{EXPLAINED}\n\n![matrix](matrix.png)\n")
     plot(cells, root / "matrix.png")
+    write_html(root, cells, rows, references)
     return table

@@ -280,7 +280,7 @@ def write_report(root, drawn=frozenset()) -> str:
             draw_timeline(run, events[run])
     out = f"{table}\n\nreport: {root / 'report.md'}"
     if len({(r["scenario"], r["variant"]) for r in rows}) > 1:
-        out += f"\n\n{write_matrix(root, rows, CONFIGS)}\n\nmatrix: {root / 'matrix.md'}, {root / 'matrix.png'}"
+        out += f"\n\n{write_matrix(root, rows, CONFIGS)}\n\nmatrix: {root / 'matrix.md'}, {root / 'matrix.png'}, {root / 'matrix.html'}"
     return out
 
 
