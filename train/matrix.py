@@ -179,7 +179,7 @@ def write_matrix(root: Path, rows: list, configs: Path) -> str:
     references = scenario_references(configs)
     table = markdown(cells, references)
     (root / "matrix.md").write_text(
-        f"# Scenario x fix: {root.name}\n\n{table}\n\n{EXPLAINED}\n\n![matrix](matrix.png)\n")
+        f"# Scenario x fix: {root.name}\n\n{table}\n\n{EXPLAINED}\n\n![matrix](matrix.png)\n", encoding="utf-8")
     plot(cells, root / "matrix.png")
     write_html(root, cells, rows, references)
     return table

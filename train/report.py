@@ -270,10 +270,10 @@ def write_report(root, drawn=frozenset()) -> str:
                                     "(`5/5 (57–100%)`). Not counted: runs that were interrupted, whose harness "
                                     "failed or that crashed; they say nothing about the race. Read vs save end: "
                                     "when the non-saving ranks started reading, relative to the end of the last "
-                                    "save (negative: too early).\n")
+                                    "save (negative: too early).\n", encoding="utf-8")
     if plot_race_vs_skew(groups, root / "race_vs_skew.png"):
-        (root / "report.md").write_text((root / "report.md").read_text() +
-                                        "\n![race rate against skew](race_vs_skew.png)\n")
+        (root / "report.md").write_text((root / "report.md").read_text(encoding="utf-8") +
+                                        "\n![race rate against skew](race_vs_skew.png)\n", encoding="utf-8")
     drawn = {Path(run).resolve() for run in drawn}
     for run in runs:
         if run.resolve() not in drawn:
