@@ -46,16 +46,16 @@ sweep: install ## sweep skew x variant (SKEWS=, VARIANTS=, REPEATS=, WORLD=, ARG
 	$(PY) -m train -m skew.seconds=$(SKEWS) callback=$(VARIANTS) world_size=$(WORLD) \
 		'repeat=range($(REPEATS))' hydra.sweep.dir=runs/sweep/$(NOW) $(ARGS)
 
-# The scenario x fix matrix. Its defaults differ from sweep's: every scenario and fix, 2 ranks, 1 repeat.
+# The scenario x fix matrix. Its defaults differ from sweep's: every scenario and fix, 2 ranks, 5 repeats.
 comma    := ,
 empty    :=
 space    := $(empty) $(empty)
 options   = $(subst $(space),$(comma),$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
 given     = $(if $(filter command line environment,$(origin $(1))),$($(1)),$(2))
-matrix: install ## scenario x fix, one Hydra multirun: make matrix [REPEATS=1 WORLD=2 SCENARIOS=seed,torn VARIANTS=barrier,atomic ARGS=]
+matrix: install ## scenario x fix, 5 repeats a cell, one Hydra multirun: make matrix [REPEATS=5 WORLD=2 SCENARIOS=seed,torn VARIANTS=barrier,atomic ARGS=]
 	$(PY) -m train -m scenario=$(call given,SCENARIOS,$(call options,scenario)) \
 		callback=$(call given,VARIANTS,$(call options,callback)) world_size=$(call given,WORLD,2) \
-		'repeat=range($(call given,REPEATS,1))' hydra.sweep.dir=$(call given,DIR,runs/matrix/$(NOW)) $(ARGS)
+		'repeat=range($(call given,REPEATS,5))' hydra.sweep.dir=$(call given,DIR,runs/matrix/$(NOW)) $(ARGS)
 
 N ?= 50
 stability: install ## the seed scenario N times with unsynced and with barrier: verdict counts, weight digests (N=50)

@@ -9,12 +9,7 @@ import sys
 import pytest
 from PIL import Image
 
-from conftest import ROOT
-
-
-def multirun(sweep_dir, *overrides, timeout=600):
-    return subprocess.run([sys.executable, "-m", "train", "-m", f"hydra.sweep.dir={sweep_dir}", *overrides],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+from conftest import ROOT, multirun
 
 
 def read_csv(path):
@@ -59,10 +54,10 @@ def test_a_small_sweep_makes_the_report(tmp_path):
     assert all(float(r["wall_s"]) > 0 for r in rows)
 
     md = (sweep / "report.md").read_text()
-    assert "| variant | world size | skew (s) | runs | race rate |" in md
-    assert "| barrier | 2 | 3 | 1 | 0% | loaded 2 |" in md
-    assert "| unsynced | 2 | 3 | 1 | 100% | loaded 1, missing 1 |" in md
-    assert "| unsynced | 2 | 3 | 1 | 100% |" in proc.stdout  # printed at the end of the sweep
+    assert "| variant | world size | skew (s) | runs | race rate (95% CI) | not counted |" in md
+    assert "| barrier | 2 | 3 | 1 | 0/1 (0–79%) | - | loaded 2 |" in md
+    assert "| unsynced | 2 | 3 | 1 | 1/1 (21–100%) | - | loaded 1, missing 1 |" in md  # one run: not "100%"
+    assert "| unsynced | 2 | 3 | 1 | 1/1 (21–100%) |" in proc.stdout  # printed at the end of the sweep
     assert_png(sweep / "race_vs_skew.png")
     timelines = sorted(sweep.glob("*/timeline.png"))
     assert len(timelines) == 4
@@ -83,7 +78,9 @@ def test_a_small_sweep_makes_the_report(tmp_path):
                    capture_output=True, timeout=120)
     rows = read_csv(sweep / "report.csv")
     assert len(rows) == 5 and rows[-1]["job"] == "9-crashed" and rows[-1]["verdict"] == "crashed"
-    assert "(1 crashed)" in (sweep / "report.md").read_text()
+    # and counted apart, not in a race rate (job 0: unsynced at skew 0, which races or not)
+    assert re.search(r"\| unsynced \| 2 \| 0 \| 2 \| (0/1 \(0–79%\)|1/1 \(21–100%\)) \| crashed 1 \|",
+                     (sweep / "report.md").read_text())
 
 
 def test_a_bad_job_is_reported_and_the_sweep_goes_on(tmp_path):
@@ -130,14 +127,25 @@ def matrix_cells(n_scenarios, n_fixes) -> list:
 
     scenarios = (SCENARIO_ORDER + [f"scenario_{k}" for k in range(20)])[:n_scenarios]
     fixes = (FIX_ORDER + [f"fix_{k}" for k in range(20)])[:n_fixes]
-    kinds = [("race", 1.0, "timeout, skipped", 2), ("clean", 0.0, "", 0), ("save_failed", 0.0, "skipped", 0),
-             ("n/a", "", "", "")]
+    na = {"runs": 0, "counted": 0, "races": 0, "race_rate": "", "ci_low": "", "ci_high": "", "not_counted": 0,
+          "not_counted_verdicts": "", "verdict": "n/a", "verdict_runs": 0, "outcome": "", "replicas_diverged": "",
+          "note": "does not apply"}
+    kinds = [  # the longest labels: a race with every line, another verdict with races, no verdict at all
+        {**na, "runs": 5, "counted": 4, "races": 4, "race_rate": 1.0, "ci_low": 0.51, "ci_high": 1.0,
+         "not_counted": 1, "not_counted_verdicts": "interrupted 1", "verdict": "race", "verdict_runs": 4,
+         "outcome": "timeout, skipped", "replicas_diverged": 4, "note": ""},
+        {**na, "runs": 5, "counted": 5, "race_rate": 0.0, "ci_low": 0.0, "ci_high": 0.434, "verdict": "clean",
+         "verdict_runs": 5, "outcome": "loaded", "replicas_diverged": 0, "note": ""},
+        {**na, "runs": 5, "counted": 5, "races": 2, "race_rate": 0.4, "ci_low": 0.118, "ci_high": 0.769,
+         "verdict": "save_failed", "verdict_runs": 3, "outcome": "skipped, corrupt", "replicas_diverged": 0,
+         "note": ""},
+        {**na, "runs": 5, "not_counted": 5, "not_counted_verdicts": "interrupted 3, error 2", "verdict": "interrupted",
+         "verdict_runs": 3, "outcome": "aborted, error", "replicas_diverged": 0, "note": ""},
+        na]
     cells = []
     for i, s in enumerate(scenarios):
         for j, f in enumerate(fixes):
-            verdict, rate, outcome, diverged = kinds[(i + j) % len(kinds)]
-            cells.append({"scenario": s, "fix": f, "runs": 0 if verdict == "n/a" else 2, "race_rate": rate,
-                          "verdict": verdict, "outcome": outcome, "replicas_diverged": diverged, "note": ""})
+            cells.append({"scenario": s, "fix": f, **kinds[(i + j) % len(kinds)]})
     return cells
 
 
@@ -157,6 +165,11 @@ def test_the_matrix_title_and_legend_fit_any_grid(tmp_path, grid):
     assert not title.get_window_extent(renderer).overlaps(grid_box)
     assert not key.get_window_extent(renderer).overlaps(grid_box)
     assert {t.get_text() for t in key.get_texts()} == {c["verdict"] for c in cells}
+    # each cell's text (its count and interval among it) lies within its cell
+    for patch, text in zip(ax.patches, ax.texts):
+        cell_box, text_box = patch.get_window_extent(renderer), text.get_window_extent(renderer)
+        assert cell_box.x0 < text_box.x0 and text_box.x1 < cell_box.x1, text.get_text()
+        assert cell_box.y0 < text_box.y0 and text_box.y1 < cell_box.y1, text.get_text()
     plot(cells, tmp_path / "matrix.png")  # the PNG is this figure, at 110 dpi
     with Image.open(tmp_path / "matrix.png") as im:
         assert im.format == "PNG"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from train import rates
 from train.events import read_events
 from train.matrix import write_matrix
 from train.outcomes import OUTCOMES, saves
@@ -81,7 +82,8 @@ def run_row(root: Path, run: Path, events: list) -> dict:
 
 
 def aggregate(rows) -> list:
-    """Per (scenario, variant, world size, skew): runs, race rate, outcome counts, median waits."""
+    """Per (scenario, variant, world size, skew): runs, races out of the runs that gave a verdict with
+    its 95% interval, the runs not counted (rates.NOT_COUNTED), outcome counts and median waits."""
     groups = {}
     for row in rows:
         if row["verdict"] != "n/a":
@@ -89,57 +91,77 @@ def aggregate(rows) -> list:
                               []).append(row)
     out = []
     for (scenario, variant, ws, skew), group in sorted(groups.items()):
-        done = [r for r in group if r["verdict"] != "crashed"]
-        counts = {o: sum(r[f"n_{o}"] for r in done) for o in OUTCOMES}
+        counted = [r for r in group if r["verdict"] not in rates.NOT_COUNTED]
+        races = sum(r["verdict"] == "race" for r in counted)
+        low, high = rates.interval(races, len(counted)) if counted else (None, None)
+        counts = {o: sum(r[f"n_{o}"] for r in counted) for o in OUTCOMES}
         out.append({
             "scenario": scenario, "variant": variant, "world_size": ws, "skew_s": skew, "runs": len(group),
-            "crashed": len(group) - len(done),
-            "race_rate": sum(r["verdict"] == "race" for r in done) / len(done) if done else None,
+            "counted": len(counted), "races": races,
+            "race_rate": races / len(counted) if counted else None, "ci_low": low, "ci_high": high,
+            "not_counted": rates.counts(r["verdict"] for r in group if r["verdict"] in rates.NOT_COUNTED),
             "outcomes": ", ".join(f"{o} {n}" for o, n in counts.items() if n),
-            "wait_s": _median([r["nonsaver_wait_s"] for r in done if r["nonsaver_wait_s"] != ""]),
-            "read_s": _median([r["nonsaver_read_vs_save_end_s"] for r in done
+            "wait_s": _median([r["nonsaver_wait_s"] for r in counted if r["nonsaver_wait_s"] != ""]),
+            "read_s": _median([r["nonsaver_read_vs_save_end_s"] for r in counted
                                if r["nonsaver_read_vs_save_end_s"] != ""]),
         })
     return out
 
 
 def markdown(groups) -> str:
-    lines = ["| scenario | variant | world size | skew (s) | runs | race rate | outcomes (all ranks) | "
-             "median sync wait (s) | median read vs save end (s) |",
-             "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+    lines = ["| scenario | variant | world size | skew (s) | runs | race rate (95% CI) | not counted | "
+             "outcomes (counted runs, all ranks) | median sync wait (s) | median read vs save end (s) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |"]
     for g in groups:
-        rate = "-" if g["race_rate"] is None else f"{g['race_rate']:.0%}"
-        runs = f"{g['runs']}" + (f" ({g['crashed']} crashed)" if g["crashed"] else "")
-        lines.append(f"| {g['scenario']} | {g['variant']} | {g['world_size']} | {g['skew_s']:g} | {runs} | {rate} | "
-                     f"{g['outcomes'] or '-'} | {g['wait_s'] if g['wait_s'] != '' else '-'} | "
-                     f"{g['read_s'] if g['read_s'] != '' else '-'} |")
+        rate = "-" if not g["counted"] else rates.share(g["races"], g["counted"])
+        lines.append(f"| {g['scenario']} | {g['variant']} | {g['world_size']} | {g['skew_s']:g} | {g['runs']} | "
+                     f"{rate} | {g['not_counted'] or '-'} | {g['outcomes'] or '-'} | "
+                     f"{g['wait_s'] if g['wait_s'] != '' else '-'} | {g['read_s'] if g['read_s'] != '' else '-'} |")
     return "\n".join(lines)
 
 
-def plot_race_vs_skew(groups, path: Path) -> bool:
-    """Race rate against skew, a line per (scenario, variant, world size) swept over skews; False: none was."""
+def race_vs_skew_figure(groups):
+    """Race rate against skew, a line per (scenario, variant, world size) swept over skews, each point
+    with its 95% interval as an error bar and its count beside it; None when no line has two skews."""
     lines = {}
     for g in groups:
-        if g["race_rate"] is not None:
-            lines.setdefault((g["scenario"], g["variant"], g["world_size"]), []).append((g["skew_s"], g["race_rate"]))
+        if g["counted"]:
+            lines.setdefault((g["scenario"], g["variant"], g["world_size"]), []).append(g)
     lines = {k: v for k, v in lines.items() if len(v) > 1}
     if not lines:
-        path.unlink(missing_ok=True)
-        return False
+        return None
     from matplotlib.figure import Figure  # no pyplot: no global state, so a thread may draw
     from matplotlib.ticker import PercentFormatter
 
     fig = Figure(figsize=(7, 4.2))
     ax = fig.subplots()
-    for (scenario, variant, ws), points in sorted(lines.items()):
-        xs, ys = zip(*sorted(points))
-        ax.plot(xs, ys, marker="o", label=f"{scenario}, {variant} (world size {ws})")
-    ax.set(xlabel="skew: the saving rank's delay before the last save (s)", ylabel="race rate",
-           ylim=(-0.05, 1.05), title="How often ranks failed to load the last checkpoint")
+    skews = [g["skew_s"] for points in lines.values() for g in points]
+    nudge = 0.012 * (max(skews) - min(skews))  # lines side by side at each skew, so their bars do not overlap
+    for i, ((scenario, variant, ws), points) in enumerate(sorted(lines.items())):
+        points = sorted(points, key=lambda g: g["skew_s"])
+        xs = [g["skew_s"] + (i - (len(lines) - 1) / 2) * nudge for g in points]
+        ys = [g["race_rate"] for g in points]
+        bars = [[g["race_rate"] - g["ci_low"] for g in points], [g["ci_high"] - g["race_rate"] for g in points]]
+        drawn = ax.errorbar(xs, ys, yerr=bars, marker="o", capsize=3, label=f"{scenario}, {variant} (world size {ws})")
+        for x, g in zip(xs, points):
+            ax.annotate(f"{g['races']}/{g['counted']}", (x, g["race_rate"]), textcoords="offset points",
+                        xytext=(5, 4), fontsize=7, color=drawn.lines[0].get_color())
+    ax.set(xlabel="skew: the saving rank's delay before the last save (s)",
+           ylabel="race rate (bars: 95% Wilson interval)", ylim=(-0.05, 1.05),
+           title="How often ranks failed to load the last checkpoint (races/runs)")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def plot_race_vs_skew(groups, path: Path) -> bool:
+    """race_vs_skew.png (see race_vs_skew_figure); False: no line was swept over skews."""
+    fig = race_vs_skew_figure(groups)
+    if fig is None:
+        path.unlink(missing_ok=True)
+        return False
     save_png_atomic(fig, path)
     return True
 
@@ -243,19 +265,22 @@ def write_report(root, drawn=frozenset()) -> str:
     groups = aggregate(rows)
     table = markdown(groups)
     (root / "report.md").write_text(f"# Report: {root.name}\n\n{len(rows)} runs.\n\n{table}\n\n"
-                                    "race rate: the share of runs where some rank did not load the last "
-                                    "checkpoint. Read vs save end: when the non-saving ranks started reading, "
-                                    "relative to the end of the last save (negative: too early).\n")
+                                    "race rate: how many runs had some rank not load the last checkpoint, "
+                                    "out of the runs that gave a verdict, with its 95% Wilson interval "
+                                    "(`5/5 (57–100%)`). Not counted: runs that were interrupted, whose harness "
+                                    "failed or that crashed; they say nothing about the race. Read vs save end: "
+                                    "when the non-saving ranks started reading, relative to the end of the last "
+                                    "save (negative: too early).\n", encoding="utf-8")
     if plot_race_vs_skew(groups, root / "race_vs_skew.png"):
-        (root / "report.md").write_text((root / "report.md").read_text() +
-                                        "\n![race rate against skew](race_vs_skew.png)\n")
+        (root / "report.md").write_text((root / "report.md").read_text(encoding="utf-8") +
+                                        "\n![race rate against skew](race_vs_skew.png)\n", encoding="utf-8")
     drawn = {Path(run).resolve() for run in drawn}
     for run in runs:
         if run.resolve() not in drawn:
             draw_timeline(run, events[run])
     out = f"{table}\n\nreport: {root / 'report.md'}"
     if len({(r["scenario"], r["variant"]) for r in rows}) > 1:
-        out += f"\n\n{write_matrix(root, rows, CONFIGS)}\n\nmatrix: {root / 'matrix.md'}, {root / 'matrix.png'}"
+        out += f"\n\n{write_matrix(root, rows, CONFIGS)}\n\nmatrix: {root / 'matrix.md'}, {root / 'matrix.png'}, {root / 'matrix.html'}"
     return out
 
 
