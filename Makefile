@@ -75,7 +75,7 @@ test-fast: install ## the quick subset for your own loop: no slow or engine test
 	$(PY) -m pytest -q -m "not slow and not engine" tests
 
 clean: ## remove runs/ (results) and caches; keeps .venv
-	rm -rf runs .pytest_cache
+	rm -rf runs .pytest_cache mutants
 
 distclean: clean ## also remove .venv (make install builds it again, e.g. with another PYTHON=)
 	rm -rf $(VENV)

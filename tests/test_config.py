@@ -1,5 +1,7 @@
 """Bad configs are rejected with one line before any rank starts; device/backend choice; the schema
 is the one source of every key, and README's table is made from it."""
+import copy
+import functools
 import os
 import subprocess
 import sys
@@ -16,7 +18,12 @@ LAPTOP = Machine(cpus=2, gpus=0, memory_mib=16_000, open_files=1024)
 
 
 def composed(*overrides) -> dict:
-    """The config `python -m train` would run, as plain data (nothing is launched)."""
+    """The config `python -m train` would run, as plain data (nothing is launched); a fresh copy each time."""
+    return copy.deepcopy(_composed(overrides))
+
+
+@functools.lru_cache(maxsize=None)
+def _composed(overrides: tuple) -> dict:
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
     out = OmegaConf.to_container(cfg, resolve=False)
@@ -118,6 +125,7 @@ def cli(tmp_path, *overrides, env=None):
     return proc, run_dir
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("override, expected", [
     ("world_size=0", "error: world_size=0: must be an integer >= 1"),
     ("world_size=abc", "error: world_size=abc: must be an integer >= 1"),
@@ -146,6 +154,7 @@ def test_cli_rejects_bad_config_with_one_line_before_any_rank(tmp_path, override
     assert not run_dir.exists(), "nothing may be left where a result would be"
 
 
+@pytest.mark.cli
 def test_a_combination_that_makes_no_sense_is_refused_with_its_reason(tmp_path):
     proc, run_dir = cli(tmp_path, "scenario=torn", "callback=dcp")
     assert proc.returncode == 2
@@ -155,6 +164,7 @@ def test_a_combination_that_makes_no_sense_is_refused_with_its_reason(tmp_path):
     assert not run_dir.exists()
 
 
+@pytest.mark.cli
 def test_a_run_dir_that_cannot_be_made_gets_one_line_and_exit_2(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")  # a run dir below a file cannot be made, whoever runs the test
@@ -164,6 +174,7 @@ def test_a_run_dir_that_cannot_be_made_gets_one_line_and_exit_2(tmp_path):
                                                 "Not a directory"]
 
 
+@pytest.mark.cli
 def test_data_that_cannot_be_downloaded_fails_with_one_line_before_any_rank(tmp_path):
     url = "http://127.0.0.1:9/mnist_sample.tgz"  # loopback, nothing listens: the download cannot happen
     proc, run_dir = cli(tmp_path, "data=mnist_sample", f"data.url={url}", f"data.cache={tmp_path / 'no-cache'}")
@@ -177,7 +188,28 @@ def test_data_that_cannot_be_downloaded_fails_with_one_line_before_any_rank(tmp_
 def test_readme_key_table_is_the_schemas():
     readme = (ROOT / "README.md").read_text()
     assert markdown_table() in readme, "README's key table is stale: paste `python -m train.config` into it"
+
+
+@pytest.mark.cli
+def test_python_m_train_config_prints_the_table():
     out = subprocess.run([sys.executable, "-m", "train.config"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60)
     assert out.stdout == markdown_table()
     assert "| `fault.save_error` | null |" in out.stdout and "| `data.batch_size` | 16 |" in out.stdout
+
+
+def test_the_tables_default_column_says_each_kind_of_default():
+    from dataclasses import dataclass, field, fields
+
+    from train.config import _default_text
+
+    @dataclass
+    class Kinds:
+        group: int
+        null: str = None
+        flag: bool = False
+        text: str = "best"
+        number: float = 0.5
+        items: list = field(default_factory=lambda: [3, 7])
+
+    assert [_default_text(f) for f in fields(Kinds)] == ["(group)", "null", "false", "`best`", "0.5", "[3, 7]"]

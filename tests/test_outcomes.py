@@ -1,5 +1,8 @@
 """The classification functions, from hand-built event lists."""
-from train.outcomes import classify_load_error, classify_rank, judge, replicas
+import pytest
+
+from train.outcomes import (OUTCOMES, VERDICTS, RankOutcome, Verdict, _span, _secs, classify_load_error, classify_rank,
+                            decide, is_corrupt_read, judge, rank_timings, replicas, saves, short, worst_status)
 
 T0 = 1000.0
 
@@ -93,6 +96,7 @@ def test_timeout_when_the_barrier_timed_out():
     result = classify_rank(1, events)
     assert result.outcome == "timeout"
     assert result.timings["wait"] == 5.0
+    assert judge(events, 2).verdict == "race"
 
 
 def test_a_timeout_names_the_ranks_that_never_came_to_the_sync():
@@ -107,6 +111,7 @@ def test_a_timeout_names_the_ranks_that_never_came_to_the_sync():
     assert (result.outcome, result.detail) == ("timeout", "barrier: waited for ranks 1, 2, which never came")
     assert outcome(1, events) == outcome(2, events) == "skipped"
     assert "ranks 1, 2 skipped the load (no checkpoint file when it looked" in judge(events, 3).explanation
+    assert judge(events, 3).verdict == "race"
 
 
 def test_a_rank_that_comes_after_its_peer_stopped_waiting_is_aborted():
@@ -123,6 +128,7 @@ def test_a_rank_that_comes_after_its_peer_stopped_waiting_is_aborted():
 def test_timeout_when_the_launcher_stopped_the_run_at_run_s():
     events = launch("timeout", ev(1, 1, "rank_start"), ev(9, 1, "sync_enter", how="barrier"))
     assert outcome(1, events) == "timeout"
+    assert judge(events, 2).verdict == "race"
 
 
 def test_a_crash_placed_by_the_scenario_is_crashed_and_its_peers_aborted():
@@ -249,3 +255,258 @@ def test_a_rank_that_finds_no_file_on_its_own_node_is_told_where_the_file_is():
 
     shared = [{**e, "node_local": False} if e["event"] == "fit_start" else e for e in events]
     assert "own disk" not in judge(shared, 2).explanation  # a shared filesystem: no such claim
+
+
+# --- every branch of the classification, its outcome and its detail ---------------------------------------
+
+def detail(rank, events):
+    found = classify_rank(rank, events)
+    return found.outcome, found.detail
+
+
+def barrier_error(t, rank, timed_out, message="Connection closed by peer", how="barrier"):
+    return ev(t, rank, "sync_error", how=how, error_type="RuntimeError", message=message, timed_out=timed_out)
+
+
+def test_stale_details_name_the_save_or_say_this_run_never_wrote_it():
+    events = launch("ok", *saver(("w-epoch0", "w-epoch1", "w-last")), *loader(1, 9.5, digest="w-epoch1"))
+    assert detail(1, events) == ("stale", "loaded the epoch-1 save")
+    events = launch("ok", *saver(), *loader(1, 9.0, digest="left-by-an-earlier-run"))
+    assert detail(1, events) == ("stale", "loaded a file this run never wrote")
+    nothing_saved = launch("ok", *loader(1, 9.0, digest="left-by-an-earlier-run"))
+    assert detail(1, nothing_saved) == ("stale", "loaded a file this run never wrote")
+
+
+def test_a_failed_load_says_its_error_type_and_the_gist_of_its_message():
+    events = launch("ok", *saver(), *loader(1, 9.0, error_type="FileNotFoundError",
+                                            message="[Errno 2] No such file or directory. Twice"))
+    assert detail(1, events) == ("missing", "FileNotFoundError: [Errno 2] No such file or directory")
+
+
+@pytest.mark.parametrize("seen, expected", [(1799, "corrupt"), (1800, "error"), (None, "error")])
+def test_an_unknown_load_error_on_a_file_shorter_than_the_last_save_is_corrupt(seen, expected):
+    events = launch("ok", *saver(), ev(11.0, 1, "load_attempt", bytes=seen),
+                    ev(11.01, 1, "load_error", error_type="RuntimeError", message="size mismatch"))
+    assert outcome(1, events) == expected
+    unsized = launch("ok", ev(4.9, 0, "save_start"), ev(5, 0, "save_end", digest="w"),  # a save of unknown size
+                     ev(11.0, 1, "load_attempt", bytes=0), ev(11.01, 1, "load_error", error_type="E", message="m"))
+    assert outcome(1, unsized) == "error"
+    no_save = launch("ok", ev(11.0, 1, "load_attempt", bytes=seen),
+                     ev(11.01, 1, "load_error", error_type="RuntimeError", message="size mismatch"))
+    assert outcome(1, no_save) == "error"
+    missing = launch("ok", *saver(), ev(11.0, 1, "load_attempt", bytes=seen),
+                     ev(11.01, 1, "load_error", error_type="FileNotFoundError", message="No such file"))
+    assert outcome(1, missing) == "missing"  # only an unexplained error is put down to a short file
+
+
+def test_a_timed_out_wait_for_the_file_says_whether_the_save_failed():
+    wait = [ev(9, 1, "sync_enter", how="file"), barrier_error(19, 1, True, "no best.pth after 10 s", how="file")]
+    assert detail(1, launch("ok", *wait)) == ("timeout", "no checkpoint appeared within its wait")
+    failed = ev(5, 0, "save_error", error_type="OSError", message="[Errno 28] No space left on device")
+    assert detail(1, launch("ok", failed, *wait)) == \
+        ("timeout", "no checkpoint appeared within its wait (rank 0's save failed: OSError)")
+
+
+def test_a_timed_out_sync_names_who_never_came_or_says_it_timed_out():
+    starts = [ev(1, r, "rank_start") for r in range(3)]
+    entered = [ev(5, r, "sync_enter", how="barrier") for r in range(3)]
+    events = launch("ok", *starts, *entered, barrier_error(13, 0, True, "Timed out"))
+    assert detail(0, events) == ("timeout", "barrier: timed out")  # everyone came: no one to name
+    other_kind = [ev(5, 1, "sync_enter", how="agree")]  # rank 1 came to another kind of sync
+    events = launch("ok", *starts, ev(5, 0, "sync_enter", how="barrier"), *other_kind,
+                    barrier_error(13, 0, True, "Timed out"))
+    assert detail(0, events) == ("timeout", "barrier: waited for ranks 1, 2, which never came")
+    unnamed = launch("ok", *starts, ev(13, 0, "sync_error", error_type="RuntimeError", message="x", timed_out=True))
+    assert detail(0, unnamed) == ("timeout", "sync: waited for ranks 1, 2, which never came")
+
+
+def test_a_sync_broken_by_a_peers_death_is_aborted_and_names_the_peer():
+    events = launch("failed", ev(9, 1, "sync_enter", how="barrier"), barrier_error(9.5, 1, False),
+                    ev(9.4, "launcher", "rank_failed", failed_rank=0, exitcode=1, message="killed by SIGKILL"),
+                    ev(9.4, "launcher", "rank_failed", failed_rank=1, exitcode=1, message="killed by SIGKILL"))
+    assert detail(1, events) == ("aborted", "its barrier broke when rank 0 died")
+    alone = launch("failed", ev(9, 1, "sync_enter", how="barrier"), barrier_error(9.5, 1, False, "boom"),
+                   ev(9.4, "launcher", "rank_failed", failed_rank=1, exitcode=1, message="killed"))
+    assert detail(1, alone) == ("error", "barrier: RuntimeError: boom")  # its own death is no peer's
+    unnamed = launch("interrupted", ev(13, 1, "sync_error", error_type="RuntimeError", message="x", timed_out=False))
+    assert detail(1, unnamed) == ("aborted", "its sync broke when the run was interrupted")
+    assert detail(1, launch("interrupted", ev(9, 1, "sync_enter", how="broadcast"),
+                            barrier_error(9.5, 1, False, how="broadcast"))) == \
+        ("aborted", "its broadcast broke when the run was interrupted")
+    peers_died = launch("failed", ev(13, 1, "sync_error", error_type="RuntimeError", message="x", timed_out=False),
+                        ev(12, "launcher", "rank_failed", failed_rank=0, exitcode=1, message="m"),
+                        ev(12, "launcher", "rank_failed", failed_rank=2, exitcode=1, message="m"))
+    assert detail(1, peers_died) == ("aborted", "its sync broke when ranks 0, 2 died")
+
+
+def test_a_late_sync_is_aborted_only_by_peers_that_had_already_given_up():
+    mine = [ev(15, 0, "sync_enter", how="barrier"), barrier_error(15.1, 0, False, "[../gloo/pair.cc:561] Closed")]
+    before = launch("ok", barrier_error(4, 1, True, "Timed out"), *mine)
+    assert detail(0, before) == ("aborted", "its barrier broke: rank 1 had stopped waiting")
+    same_time = launch("ok", barrier_error(15.1, 1, True, "Timed out"), *mine)
+    assert detail(0, same_time)[0] == "aborted"
+    after = launch("ok", barrier_error(16, 1, True, "Timed out"), *mine)
+    assert detail(0, after) == ("error", "barrier: RuntimeError: Closed")
+    not_timed_out = launch("ok", barrier_error(4, 1, False, "Closed"), *mine)
+    assert detail(0, not_timed_out)[0] == "error"
+    unnamed = launch("ok", barrier_error(4, 1, True, "Timed out"),
+                     ev(15.1, 0, "sync_error", error_type="RuntimeError", message="x", timed_out=False))
+    assert detail(0, unnamed) == ("aborted", "its sync broke: rank 1 had stopped waiting")
+    assert detail(0, launch("ok", ev(15.1, 0, "sync_error", error_type="E", message="x", timed_out=False))) == \
+        ("error", "sync: E: x")
+
+
+def test_skipped_crashed_and_died_ranks_say_why():
+    assert detail(1, launch("ok", ev(9, 1, "skip", reason="no file"))) == ("skipped", "no file")
+    assert detail(0, launch("failed", ev(9, 0, "crash"))) == \
+        ("crashed", "it died where the scenario placed a crash (fault.crash_rank)")
+    died = [ev(3, "launcher", "rank_failed", failed_rank=1, exitcode=1, message="first", log="a.log"),
+            ev(3.5, "launcher", "rank_failed", failed_rank=1, exitcode=2, message="", log="c.log"),
+            ev(4, "launcher", "rank_failed", failed_rank=1, exitcode=-9, message="", log="b.log")]
+    found = classify_rank(1, launch("failed", *died))
+    assert (found.outcome, found.detail, found.log) == ("error", "exit code -9", "b.log")  # the last one
+    found = classify_rank(1, launch("failed", died[2], died[0]))
+    assert (found.outcome, found.detail, found.log) == ("error", "first", "a.log")
+    no_log = ev(4, "launcher", "rank_failed", failed_rank=1, exitcode=1, message="m")
+    assert classify_rank(1, launch("failed", no_log)).log == ""
+    assert classify_rank(1, launch("ok", *saver(), *loader(1, 12.5, digest="w-last"))).log == ""
+
+
+@pytest.mark.parametrize("status, expected", [
+    ("timeout", ("timeout", "stopped by the launcher at timeout.run_s")),
+    ("failed", ("aborted", "stopped by the launcher after a peer failed")),
+    ("interrupted", ("aborted", "stopped by the launcher on interrupt")),
+    ("harness_error", ("aborted", "stopped by the launcher")),
+    ("ok", ("error", "ended without loading")),
+])
+def test_a_rank_that_recorded_no_result_is_judged_by_how_the_launch_ended(status, expected):
+    assert detail(1, launch(status, ev(1, 1, "rank_start"))) == expected
+    if status != "timeout":  # it ended by itself: not stopped by the launcher
+        assert detail(1, launch(status, ev(1, 1, "rank_start"), ev(9, 1, "rank_end"))) == \
+            ("error", "ended without loading")
+    never_launched = [ev(1, 1, "rank_start")]  # no launch_end: the launcher died too
+    assert detail(1, never_launched) == ("aborted", "stopped by the launcher")
+
+
+def test_the_worst_launcher_status_wins():
+    assert worst_status(["ok", "failed"]) == "failed"
+    assert worst_status(["timeout", "failed", "ok"]) == "timeout"
+    assert worst_status(["harness_error", "timeout"]) == "harness_error"
+    assert worst_status(["ok", "interrupted", "harness_error"]) == "interrupted"
+    assert worst_status([]) is None
+
+
+def test_timings_are_seconds_since_the_first_launch_start():
+    events = [ev(0.5, "launcher", "launch_start"), ev(0, "launcher", "launch_start"),
+              ev(4.9, 0, "save_start"), ev(5, 0, "save_end", digest="w", bytes=1),
+              ev(2, 1, "fit_start"), ev(3.25, 1, "sync_enter", how="barrier"), ev(5.5, 1, "sync_exit", how="barrier"),
+              ev(5.75, 1, "load_attempt"), ev(5.8, 1, "load_done", digest="w"), ev(6, 1, "final", digest="w"),
+              ev(6.1, 1, "rank_end"), ev(6.2, 1, "load_attempt")]  # the last of each event counts
+    mine = [e for e in events if e["rank"] == 1]
+    assert rank_timings(mine, events) == {"fit_start": 2.0, "sync_enter": 3.25, "sync_exit": 5.5, "load_attempt": 6.2,
+                                          "load_done": 5.8, "final": 6.0, "rank_end": 6.1, "wait": 2.25,
+                                          "load_after_save_end": 1.2}
+    no_launch = [e for e in events if e["rank"] != "launcher"]
+    assert rank_timings(mine, no_launch)["fit_start"] == 0.0  # from the first event there is
+    early = [ev(-1, 0, "rank_start"), *events]  # an event before the launch (another node's) does not move t0
+    assert rank_timings(mine, early)["fit_start"] == 2.0
+    precise = [ev(0, "launcher", "launch_start"), ev(1.23456, 1, "sync_enter"), ev(2.34567, 1, "sync_exit"),
+               ev(0.11111, 0, "save_end", digest="w"), ev(3.45678, 1, "load_attempt")]
+    assert rank_timings(precise[1:3] + precise[4:], precise) == {
+        "sync_enter": 1.235, "sync_exit": 2.346, "load_attempt": 3.457, "wait": 1.111, "load_after_save_end": 3.346}
+    failed = [ev(0, "launcher", "launch_start"), ev(3, 1, "sync_enter"), ev(7.5, 1, "sync_error")]
+    assert rank_timings(failed[1:], failed) == {"sync_enter": 3.0, "sync_error": 7.5, "wait": 4.5}
+    assert rank_timings(failed[2:], failed) == {"sync_error": 7.5}  # no enter: no wait
+    both = failed + [ev(5, 1, "sync_exit")]
+    assert rank_timings(both[1:], both)["wait"] == 2.0  # left at its exit, not its later error
+    assert rank_timings([ev(3, 1, "load_attempt")], [ev(0, "launcher", "launch_start")]) == {"load_attempt": 3.0}
+
+
+def test_the_verdict_of_a_run_whose_ranks_timed_out_is_race_never_clean():
+    loaded = RankOutcome(0, "loaded", final_digest="w")
+    timed_out = RankOutcome(1, "timeout", final_digest="w")
+    assert decide([loaded, timed_out], [], "ok") == "race"
+    assert decide([timed_out, RankOutcome(0, "timeout", final_digest="w")], [], "timeout") == "race"
+    assert decide([loaded, RankOutcome(1, "loaded", final_digest="w")], [], "ok") == "clean"
+
+
+def test_decide_puts_the_interrupt_first_then_the_harness_then_the_race():
+    loaded = [RankOutcome(r, "loaded", final_digest="w") for r in (0, 1)]
+    errored = [loaded[0], RankOutcome(1, "error", final_digest="w")]
+    assert decide(errored, [], "interrupted") == "interrupted"
+    assert decide(loaded, [], "interrupted") == "interrupted"
+    assert decide(loaded, [], "harness_error") == "error"
+    assert decide(errored, [], "failed") == "error"
+    assert decide(loaded, [], "failed") == "clean"  # every rank holds the last checkpoint
+    assert decide([], [], "ok") == "race"  # no rank at all holds nothing
+
+
+def test_save_failed_needs_the_failed_save_every_rank_skipping_and_the_same_weights():
+    failed = [ev(5, 0, "save_error", error_type="OSError", message="full")]
+    skipped = [RankOutcome(r, "skipped", final_digest="w") for r in (0, 1)]
+    assert decide(skipped, failed, "ok") == "save_failed"
+    assert decide(skipped, [], "ok") == "race"  # skipped, but no save failed
+    assert decide([skipped[0], RankOutcome(1, "skipped", final_digest="v")], failed, "ok") == "race"
+    assert decide([skipped[0], RankOutcome(1, "timeout", final_digest="w")], failed, "ok") == "race"
+    assert decide([skipped[0], RankOutcome(1, "skipped")], failed, "ok") == "race"  # weights unknown
+
+
+def test_judge_classifies_world_size_ranks():
+    events = launch("ok", *saver(), *loader(1, 12.5, digest="w-last"))
+    verdict = judge(events, 3)
+    assert [r.rank for r in verdict.ranks] == [0, 1, 2]
+    assert [r.outcome for r in verdict.ranks] == ["loaded", "loaded", "error"]  # rank 2 recorded nothing
+    assert (verdict.verdict, verdict.replicas) == ("error", "unknown")
+    as_dict = verdict.as_dict()
+    assert set(as_dict) == {"verdict", "explanation", "replicas", "ranks"}
+    assert (as_dict["verdict"], as_dict["replicas"]) == ("error", "unknown")
+    assert as_dict["explanation"] == verdict.explanation
+    assert as_dict["ranks"][1] == {"rank": 1, "outcome": "loaded", "detail": "", "timings": verdict.ranks[1].timings,
+                                   "final_digest": "w-last", "log": ""}
+    interrupted = judge(launch("interrupted", *saver()), 1)
+    assert interrupted.verdict == "interrupted"
+
+
+def test_replicas_agree_diverge_or_are_unknown():
+    assert replicas([RankOutcome(0, "loaded", final_digest="a"), RankOutcome(1, "stale", final_digest="a")]) == "agree"
+    assert replicas([RankOutcome(0, "loaded", final_digest="a"), RankOutcome(1, "loaded", final_digest="b")]) == \
+        "diverged"
+    assert replicas([RankOutcome(0, "loaded", final_digest="a"), RankOutcome(1, "loaded")]) == "unknown"
+
+
+def test_a_corrupt_read_is_told_by_its_error_type_or_message():
+    assert is_corrupt_read("OSError", "[Errno 22] Invalid argument")
+    assert not is_corrupt_read("OSError", "[Errno 5] Input/output error")
+    assert not is_corrupt_read("ValueError", "Invalid argument")  # an OSError's text only
+    for error_type in ("UnpicklingError", "EOFError", "BadZipFile"):
+        assert is_corrupt_read(error_type, "")
+    for text in ("PytorchStreamReader", "zip archive", "central directory", "unexpected EOF", "truncated"):
+        assert is_corrupt_read("RuntimeError", f"x {text} y")
+    assert not is_corrupt_read("RuntimeError", "size mismatch")
+    assert classify_load_error("RuntimeError", "Weights only load failed. x") == "unsafe"
+    assert classify_load_error("UnpicklingError", "Weights only load failed. x") == "unsafe"  # not corrupt
+    assert classify_load_error("FileNotFoundError", "truncated") == "missing"
+
+
+def test_short_keeps_the_first_sentence_without_a_source_location():
+    assert short("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer. More") == "Connection closed by peer"
+    assert short("[c10d] Timed out") == "[c10d] Timed out"  # a bracket that is no location stays
+    assert short("Error. In brackets [a/b] later") == "Error"
+    assert short("x" * 200) == "x" * 120
+    assert short("a.b. c") == "a.b"
+
+
+def test_saves_are_the_completed_ones_oldest_first_and_spans_read_well():
+    events = [ev(1, 0, "save_start"), ev(2, 0, "save_end", digest="a"), ev(3, 0, "save_error"),
+              ev(4, 0, "save_end", digest="b")]
+    assert [e["digest"] for e in saves(events)] == ["a", "b"]
+    assert (_secs(2.94), _secs(-2.94), _secs(0.95), _secs(0.949), _secs(0.5)) == ("2.9", "-2.9", "0.9", "0.95", "0.50")
+    assert (_span([1.0]), _span([1.0, 1.01]), _span([0.5, 2.0])) == ("1.0 s", "1.0 s", "0.50-2.0 s")
+
+
+def test_the_outcome_and_verdict_names_are_the_documented_ones():
+    assert OUTCOMES == ("loaded", "skipped", "stale", "missing", "corrupt", "unsafe", "timeout", "aborted", "crashed",
+                        "error")
+    assert VERDICTS == ("clean", "race", "save_failed", "error", "interrupted")
+    assert Verdict("race", "x", "agree", []).as_dict() == {"verdict": "race", "explanation": "x", "replicas": "agree",
+                                                           "ranks": []}

@@ -1,0 +1,256 @@
+"""Every fix's defining cell and every verdict, with real gloo ranks (world_size=2), in the fast loop.
+
+A fix's defining cell is where it parts from its neighbours in the matrix (test_matrix.py runs every cell,
+slowly): on a half-written file (torn) poll reads it and fails, while atomic and the barrier hold; when the
+ranks disagree on the file (disagree), agreed and dcp hold where the others skip or hang, and on a failed save
+(save_fails) agreed alone says save_failed; dcp holds the seed; without a shared filesystem (no_shared_fs)
+broadcast and save_on_each_node hold. Each verdict is here too: clean and race in those cells, save_failed,
+race for ranks that timed out, race for a crafted pickle that weights_only=True refused (unsafe; its code
+never ran), error for a checkpoint of another model. (interrupted: test_race.py's Ctrl-C test.)
+
+The runs go side by side, started together by one fixture: most of their time is spent in the scenarios'
+stalls and timeouts, not on the cores. The cells of a scenario group are one Hydra multirun, so its jobs
+after the first fork from a warm forkserver. A run that does not end in time is stopped, and the tests that
+need it fail with its name.
+"""
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, alive, processes_tagged, tagged_env
+from test_matrix import EXPECTED, FIXES
+
+ENDS_WITHIN_S = 420  # every group together; each takes well under a minute on 2 idle cores
+
+# Writes the planted checkpoints with torch, then becomes the launcher (one process, torch imported once).
+PLANT_THEN_RUN = """
+import os, sys, torch
+evil, foreign, marker, *train = sys.argv[1:]
+
+class Payload:  # unpickled without weights_only, this would create the marker
+    def __reduce__(self):
+        return os.system, (f"touch {marker}",)
+
+for folder in (evil, foreign):
+    os.makedirs(folder)
+torch.save({"weight": Payload()}, f"{evil}/best.pth")
+torch.save({"weight": torch.zeros(50_000)}, f"{foreign}/best.pth")  # another model, larger than the real one
+os.execv(sys.executable, [sys.executable, "-m", "train", *train])
+"""
+
+
+def groups(root: Path) -> dict:
+    """name -> (argv, the run or sweep dir)."""
+    evil, foreign, marker = root / "evil", root / "foreign", root / "ran"
+    sweep = {
+        "torn": ["scenario=torn", "callback=poll,atomic,barrier"],
+        "disagree": ["scenario=disagree,save_fails,seed", "callback=agreed,dcp"],
+        "no_shared_fs": ["scenario=no_shared_fs", "callback=broadcast,save_on_each_node"],
+        "planted": ["callback=unsynced", "epochs=1", "checkpoint.keep_existing=true",
+                    f"checkpoint.dir={evil},{foreign}"],
+    }
+    out = {name: ([sys.executable, "-m", "train", "-m", "world_size=2", *argv, f"hydra.sweep.dir={root / name}"],
+                  root / name) for name, argv in sweep.items()}
+    out["planted"] = ([sys.executable, "-c", PLANT_THEN_RUN, str(evil), str(foreign), str(marker),
+                       *out["planted"][0][3:]], root / "planted")
+    timeouts = {  # rank 0 stalls before its save while rank 1 waits at the barrier:
+        "collective_timeout": ["skew.seconds=15", "timeout.collective_s=3"],  # rank 1 gives up after 3 s
+        "run_timeout": ["skew.seconds=120", "timeout.run_s=30"],  # the launcher stops both at 30 s
+    }
+    for name, argv in timeouts.items():
+        out[name] = ([sys.executable, "-m", "train", "world_size=2", "epochs=1", "callback=barrier", *argv,
+                      f"hydra.run.dir={root / name}"], root / name)
+    return out
+
+
+@dataclass
+class Group:
+    name: str
+    dir: Path
+    rc: int
+    out: str
+    hung: bool
+
+    def ended(self):
+        assert not self.hung, f"{self.name}: did not end within {ENDS_WITHIN_S} s; stopped. Output:\n{self.out[-3000:]}"
+        assert not processes_tagged(str(self.dir)), f"{self.name}: left processes running"
+
+    def summaries(self) -> dict:
+        """(scenario, fix) -> summary.json, of each job of a sweep."""
+        self.ended()
+        found = {}
+        for path in self.dir.glob("*/summary.json"):
+            s = json.loads(path.read_text())
+            found[(s["config"]["scenario"], s["config"]["callback"]["name"])] = s
+        return found
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("cells")
+    started = {}
+    for name, (argv, run_dir) in groups(root).items():
+        log = open(root / f"{name}.log", "w")
+        started[name] = (subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                          env=tagged_env(str(run_dir))), run_dir, log)
+    deadline = time.monotonic() + ENDS_WITHIN_S
+    out = {}
+    for name, (proc, run_dir, log) in started.items():
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            hung = False
+        except subprocess.TimeoutExpired:
+            proc.kill()  # its forkserver and ranks go with it (PR_SET_PDEATHSIG)
+            proc.wait()
+            hung = True
+        log.close()
+        out[name] = Group(name, run_dir, proc.returncode, (root / f"{name}.log").read_text(), hung)
+    out["root"] = root
+    return out
+
+
+# (scenario, fix) -> (verdict, each rank's outcome), as the matrix has them
+CELLS = {
+    ("torn", "poll"): ("race", ["loaded", "corrupt"]),
+    ("torn", "atomic"): ("clean", ["loaded", "loaded"]),
+    ("torn", "barrier"): ("clean", ["loaded", "loaded"]),
+    ("disagree", "agreed"): ("clean", ["loaded", "loaded"]),
+    ("disagree", "dcp"): ("clean", ["loaded", "loaded"]),
+    ("save_fails", "agreed"): ("save_failed", ["skipped", "skipped"]),
+    ("seed", "agreed"): ("clean", ["loaded", "loaded"]),
+    ("seed", "dcp"): ("clean", ["loaded", "loaded"]),
+    ("no_shared_fs", "broadcast"): ("clean", ["loaded", "loaded"]),
+    ("no_shared_fs", "save_on_each_node"): ("clean", ["loaded", "loaded"]),
+}
+
+
+def group_of(scenario) -> str:
+    return scenario if scenario in ("torn", "no_shared_fs") else "disagree"
+
+
+def events_of(summary) -> list:
+    from train.events import read_events
+    return read_events(summary["run_dir"])
+
+
+def first(events, name, rank):
+    return next(e for e in events if e["event"] == name and e["rank"] == rank)
+
+
+@pytest.mark.parametrize("scenario, fix", CELLS, ids=[f"{s}-{f}" for s, f in CELLS])
+def test_each_fix_in_its_defining_cell(runs, scenario, fix):
+    group = runs[group_of(scenario)]
+    s = group.summaries()[(scenario, fix)]
+    verdict, outcomes = CELLS[(scenario, fix)]
+    assert verdict == EXPECTED[scenario][FIXES.index(fix)][0]  # the matrix's cell, and README's
+    assert (s["verdict"], [r["outcome"] for r in s["ranks"]]) == (verdict, outcomes), s["explanation"]
+    if verdict == "race":
+        assert s["replicas"] == "diverged"
+        return
+    assert s["replicas"] == "agree"  # clean or save_failed: every rank ends with the same weights
+    events = events_of(s)
+    last_save = [e for e in events if e["event"] == "save_end"]
+    if verdict == "clean":
+        assert {r["final_digest"] for r in s["ranks"]} == {last_save[-1]["digest"]}
+    else:  # the last epoch's save failed, and no rank loaded
+        last_epoch = s["config"]["epochs"] - 1
+        assert first(events, "save_error", 0)["epoch"] == last_epoch
+        assert not any(e["epoch"] == last_epoch for e in last_save)
+        assert not any(e["event"] == "load_attempt" for e in events)
+
+
+def test_poll_reads_the_half_written_file_where_atomic_and_the_barrier_read_the_whole(runs):
+    cells = runs["torn"].summaries()
+    assert runs["torn"].rc == 0, runs["torn"].out[-3000:]
+    poll = events_of(cells[("torn", "poll")])
+    header = (Path(cells[("torn", "poll")]["run_dir"]) / "console.log").read_text()
+    assert "\nfault: rank 0 stalls 3 s halfway through writing the last checkpoint; every rank but rank 0 pauses " \
+        "1 s before it loads\n" in header  # the header says what the scenario injects
+    assert first(poll, "load_attempt", 1)["bytes"] < first(poll, "save_end", 0)["bytes"]
+    assert first(poll, "load_attempt", 1)["t"] < first(poll, "save_end", 0)["t"]
+    for fix in ("atomic", "barrier"):  # they read only once the save had ended
+        events = events_of(cells[("torn", fix)])
+        assert first(events, "load_attempt", 1)["t"] >= first(events, "save_end", 0)["t"], fix
+    assert sorted(p.name for p in (Path(cells[("torn", "atomic")]["run_dir"]) / "models").iterdir()) == \
+        ["best.pth"]  # atomic's temporary file was renamed onto it
+
+
+def test_agreed_alone_says_the_save_failed_and_dcp_does_not_apply_there(runs):
+    cells = runs["disagree"].summaries()
+    assert runs["disagree"].rc == 0, runs["disagree"].out[-3000:]  # an n/a pair is no failure
+    s = cells[("save_fails", "agreed")]
+    assert {r["detail"] for r in s["ranks"]} == {"rank 0's save failed: every rank agreed not to load"}
+    assert len({r["final_digest"] for r in s["ranks"]}) == 1
+    na = cells[("save_fails", "dcp")]
+    assert (na["status"], na["verdict"], na["ranks"]) == ("n/a", "n/a", [])
+    assert not (Path(runs["disagree"].dir) / next(p.name for p in runs["disagree"].dir.iterdir()
+                                                  if "save_fails-dcp" in p.name) / "events").exists()
+
+
+def test_without_a_shared_filesystem_node_1_never_reads_a_file_it_does_not_have(runs):
+    cells = runs["no_shared_fs"].summaries()
+    assert runs["no_shared_fs"].rc == 0, runs["no_shared_fs"].out[-3000:]
+    models = {fix: Path(cells[("no_shared_fs", fix)]["run_dir"]) / "models" for fix in ("broadcast",
+                                                                                        "save_on_each_node")}
+    assert (models["broadcast"] / "node0/best.pth").exists()
+    assert not (models["broadcast"] / "node1/best.pth").exists()  # rank 0 read it and sent the weights
+    assert (models["save_on_each_node"] / "node1/best.pth").exists()  # each node wrote its own copy
+
+
+def planted(runs, name) -> dict:
+    group = runs["planted"]
+    group.ended()
+    for path in group.dir.glob("*/summary.json"):
+        s = json.loads(path.read_text())
+        if Path(s["config"]["checkpoint"]["dir"]).name == name:
+            return s
+    raise AssertionError(f"no run with the {name} checkpoint:\n{group.out[-3000:]}")
+
+
+def test_a_crafted_pickle_is_refused_by_weights_only_and_its_code_never_runs(runs):
+    s = planted(runs, "evil")
+    assert [r["outcome"] for r in s["ranks"]] == ["loaded", "unsafe"]  # rank 1 read it before rank 0 wrote
+    assert s["verdict"] == "race"
+    assert s["ranks"][1]["detail"].startswith("UnpicklingError: Weights only load failed")
+    assert not (runs["root"] / "ran").exists(), "a load ran the checkpoint's code"
+
+
+def test_a_checkpoint_of_another_model_is_an_error_not_a_race(runs):
+    s = planted(runs, "foreign")
+    assert [r["outcome"] for r in s["ranks"]] == ["loaded", "error"]
+    assert s["verdict"] == "error"
+    assert s["ranks"][1]["detail"].startswith("RuntimeError: Error(s) in loading state_dict")
+    assert runs["planted"].rc == 1  # the sweep ends saying which job gave no result
+    assert "[sweep] 1 of 2 jobs did not give a result" in runs["planted"].out
+
+
+def test_a_barrier_whose_peer_stalls_ends_by_the_collective_timeout_as_a_race(runs):
+    group = runs["collective_timeout"]
+    group.ended()
+    assert group.rc == 0, group.out[-3000:]
+    s = json.loads((group.dir / "summary.json").read_text())
+    rank1 = s["ranks"][1]
+    assert rank1["outcome"] == "timeout" and rank1["detail"].startswith("barrier: ")
+    events = events_of(s)
+    gave_up = first(events, "sync_error", 1)
+    assert gave_up["timed_out"] and gave_up["how"] == "barrier"
+    assert gave_up["t"] < first(events, "save_start", 0)["t"]  # ended by its timeout, before the peer came
+    assert s["verdict"] == "race"
+
+
+def test_the_launcher_stops_every_rank_at_the_run_timeout_as_a_race(runs):
+    group = runs["run_timeout"]
+    group.ended()
+    assert group.rc == 0, group.out[-3000:]
+    s = json.loads((group.dir / "summary.json").read_text())
+    assert s["status"] == "timeout"
+    assert [(r["outcome"], r["detail"]) for r in s["ranks"]] == [("timeout", "stopped by the launcher at "
+                                                                  "timeout.run_s")] * 2
+    assert s["verdict"] == "race"
+    pids = [e["pid"] for e in events_of(s) if e["event"] == "rank_start"]
+    assert len(pids) == 2 and not alive(pids)

@@ -1,0 +1,232 @@
+"""The counting behind the matrix and the report, from hand-made rows: each (scenario, fix) cell's runs,
+race rate, dominant verdict and outcome, and n/a; the report's rows, groups and table; the console table.
+What a cell's label says is left to the label's own tests (its wording may grow counts and intervals)."""
+import json
+
+import pytest
+
+from train.matrix import FIX_ORDER, SCENARIO_ORDER, _order, build, cell, scenario_references
+from train.outcomes import OUTCOMES
+from train.report import CONFIGS, _median, aggregate, find_runs, markdown, run_row
+from train.summary import align, format_table, write_json_atomic
+
+
+def row(verdict="clean", scenario="seed", variant="barrier", replicas="agree", note="", **counts):
+    """One report.csv row; counts: outcome=number of ranks (by default both ranks loaded when clean)."""
+    if not counts and verdict == "clean":
+        counts = {"loaded": 2}
+    return {"scenario": scenario, "variant": variant, "verdict": verdict, "replicas": replicas, "note": note,
+            "world_size": 2, "skew_s": 3.0, **{f"n_{o}": counts.get(o, 0) for o in OUTCOMES},
+            "nonsaver_wait_s": "", "nonsaver_read_vs_save_end_s": ""}
+
+
+def test_a_pair_that_was_not_run_is_na_with_its_reason():
+    c = cell([row("n/a", note="n/a: torch.distributed.checkpoint writes its own files", replicas="")])
+    kept = ("runs", "race_rate", "verdict", "outcome", "replicas_diverged", "note")
+    assert {k: c[k] for k in kept} == {"runs": 0, "race_rate": "", "verdict": "n/a", "outcome": "",
+                                       "replicas_diverged": "", "note": "n/a: torch.distributed.checkpoint writes "
+                                                                       "its own files"}
+    assert (c["counted"], c["not_counted"]) == (0, 0)
+
+
+def test_n_a_rows_beside_runs_do_not_count():
+    c = cell([row("n/a", note="why"), row("race", missing=1, loaded=1), row("n/a", note="why")])
+    assert (c["runs"], c["race_rate"], c["verdict"], c["note"]) == (1, 1.0, "race", "")
+
+
+@pytest.mark.parametrize("verdicts, rate", [(["clean"], 0.0), (["race"], 1.0), (["race", "clean", "clean"], 0.333),
+                                            (["race", "race", "clean"], 0.667), (["save_failed", "race"], 0.5),
+                                            (["error", "interrupted", "crashed", "clean"], 0.0)])
+def test_the_race_rate_is_the_share_of_runs_that_raced(verdicts, rate):
+    rows = [row(v, loaded=2) for v in verdicts]
+    c = cell(rows)
+    assert (c["runs"], c["race_rate"]) == (len(verdicts), rate)
+
+
+def test_the_dominant_verdict_is_the_commonest():
+    assert cell([row("clean"), row("race", missing=1), row("race", missing=1)])["verdict"] == "race"
+    assert cell([row("race", missing=1), row("clean"), row("clean")])["verdict"] == "clean"
+    assert cell([row("save_failed", skipped=2)])["verdict"] == "save_failed"
+
+
+def test_the_dominant_outcome_is_the_commonest_not_loaded_one_then_the_next():
+    c = cell([row("race", loaded=1, missing=1), row("race", loaded=1, corrupt=1), row("race", loaded=1, missing=1)])
+    assert c["outcome"] == "missing, corrupt"
+    c = cell([row("race", loaded=1, timeout=1), row("race", skipped=1, timeout=1), row("race", skipped=1, stale=1)])
+    assert c["outcome"] == "timeout, skipped"  # 2 and 2: the worse first; stale's 1 is third, left out
+    assert cell([row("race", skipped=1, timeout=1)])["outcome"] == "timeout, skipped"
+    assert cell([row("race", missing=2)])["outcome"] == "missing"
+    assert cell([row("clean", loaded=2), row("clean", loaded=2)])["outcome"] == "loaded"  # nothing else happened
+    assert cell([row("crashed")])["outcome"] == ""  # a job that crashed recorded no rank
+
+
+def test_counts_read_back_from_the_csv_are_strings_and_count_the_same():
+    as_csv = {k: str(v) for k, v in row("race", loaded=1, missing=1).items()}
+    as_csv["n_stale"] = ""  # a crashed job's cells may be empty
+    c = cell([as_csv, row("race", missing=2)])
+    assert (c["runs"], c["race_rate"], c["outcome"]) == (2, 1.0, "missing")
+
+
+def test_diverged_replicas_are_counted_per_run():
+    rows = [row("race", replicas="diverged", loaded=1, skipped=1), row("race", replicas="agree", timeout=2),
+            row("race", replicas="diverged", loaded=1, skipped=1), row("race", replicas="unknown", error=1)]
+    assert cell(rows)["replicas_diverged"] == 2
+    assert cell([row("clean")])["replicas_diverged"] == 0
+
+
+def test_build_makes_one_cell_per_pair_in_the_readme_order():
+    rows = [row("clean", scenario="torn", variant="atomic"), row("race", scenario="torn", variant="poll", corrupt=1),
+            row("race", scenario="seed", variant="unsynced", missing=1),
+            row("clean", scenario="torn", variant="atomic"),
+            row("clean", scenario="mine", variant="zfix"), row("clean", scenario="alpha", variant="afix")]
+    cells = build(rows)
+    assert [(c["scenario"], c["fix"]) for c in cells] == [
+        ("seed", "unsynced"), ("torn", "poll"), ("torn", "atomic"), ("alpha", "afix"), ("mine", "zfix")]
+    assert [c["runs"] for c in cells] == [1, 1, 2, 1, 1]
+    assert cells[0] == {"scenario": "seed", "fix": "unsynced", **cell([rows[2]])}
+    assert build([]) == []
+
+
+def test_order_puts_known_names_first_then_the_rest_alphabetically():
+    assert _order({"b", "torn", "seed", "a"}, SCENARIO_ORDER) == ["seed", "torn", "a", "b"]
+    assert _order(set(FIX_ORDER), FIX_ORDER) == FIX_ORDER
+    assert SCENARIO_ORDER[0] == "seed" and FIX_ORDER[0] == "unsynced"
+
+
+def test_each_scenario_cites_its_reports_once_in_order(tmp_path):
+    refs = scenario_references(CONFIGS)
+    assert refs["disagree"] == "transformers#40923, Lightning#5155"
+    assert refs["seed"] == "fastai#2393"
+    assert set(refs) == {p.stem for p in (CONFIGS / "scenario").glob("*.yaml")}
+    (tmp_path / "scenario").mkdir()
+    (tmp_path / "scenario/x.yaml").write_text("# @package _global_\n#XLA#1 and b-c.d#22, XLA#1 again\n"
+                                              "# e_f#3\n# g#4\n# h#5 (line 5: past the opening)\nkey: i#6\n")
+    (tmp_path / "scenario/y.yaml").write_text("# @package _global_\nkey: 1  # z#9\n")
+    assert scenario_references(tmp_path) == {"x": "XLA#1, b-c.d#22, e_f#3, g#4", "y": ""}
+
+
+# --- the report: a row per run, the groups, the table -----------------------------------------------------
+
+def make_run(root, name, summary=None, events=(), hydra=None):
+    run = root / name
+    (run / ".hydra").mkdir(parents=True)
+    (run / "events").mkdir()
+    if summary is not None:
+        (run / "summary.json").write_text(json.dumps(summary))
+    for rank in {e["rank"] for e in events}:
+        path = run / "events" / f"{'launcher' if rank == 'launcher' else f'rank{rank}'}.jsonl"
+        path.write_text("".join(json.dumps(e) + "\n" for e in events if e["rank"] == rank))
+    for key, text in (hydra or {}).items():
+        (run / ".hydra" / key).write_text(text)
+    return run
+
+
+CFG = {"scenario": "torn", "callback": {"name": "poll"}, "skew": {"seconds": 0.0, "rank": 0}, "world_size": 2,
+       "epochs": 3, "seed": 42, "repeat": 1}
+
+
+def test_a_runs_row_counts_its_ranks_outcomes_and_its_non_savers_waits(tmp_path):
+    ranks = [{"rank": 0, "outcome": "loaded", "timings": {"wait": 9.0, "load_after_save_end": 0.5}},
+             {"rank": 1, "outcome": "corrupt", "timings": {"wait": 1.0, "load_after_save_end": -2.0}},
+             {"rank": 2, "outcome": "corrupt", "timings": {"wait": 2.0}},
+             {"rank": 3, "outcome": "loaded", "timings": {"load_after_save_end": -1.0}}]
+    events = [{"t": 100.0, "rank": "launcher", "event": "launch_start"},
+              {"t": 105.0, "rank": 1, "event": "save_end", "digest": "w"},  # the last save was rank 1's
+              {"t": 107.12345, "rank": "launcher", "event": "launch_end", "status": "ok"}]
+    run = make_run(tmp_path, "3-torn-poll", {"config": CFG, "status": "ok", "verdict": "race", "replicas": "diverged",
+                                             "explanation": "race: x", "ranks": ranks}, events)
+    r = run_row(tmp_path, run, events)
+    assert r == {"job": "3-torn-poll", "scenario": "torn", "variant": "poll", "skew_s": 0.0, "skew_rank": 0,
+                 "world_size": 2, "epochs": 3, "seed": 42, "repeat": 1, "status": "ok", "verdict": "race",
+                 "replicas": "diverged", **{f"n_{o}": 0 for o in OUTCOMES}, "n_loaded": 2, "n_corrupt": 2,
+                 "nonsaver_wait_s": 5.5, "nonsaver_read_vs_save_end_s": -0.25,
+                 "wall_s": 7.123, "note": ""}
+
+
+def test_a_rows_defaults_the_seed_scenario_no_saves_and_no_launch_end(tmp_path):
+    ranks = [{"rank": 0, "outcome": "missing", "timings": {"wait": 3.0}},
+             {"rank": 1, "outcome": "missing", "timings": {"wait": 1.0, "load_after_save_end": -1.0}}]
+    cfg = {**CFG, "scenario": None}
+    del cfg["repeat"]
+    run = make_run(tmp_path, "r", {"config": cfg, "status": "ok", "verdict": "race", "replicas": "agree",
+                                   "explanation": "x", "ranks": ranks})
+    r = run_row(tmp_path, run, [{"t": 1.0, "rank": "launcher", "event": "launch_start"}])
+    assert (r["scenario"], r["repeat"], r["nonsaver_wait_s"], r["nonsaver_read_vs_save_end_s"], r["wall_s"]) == \
+        ("seed", 0, 1.0, -1.0, "")  # no save: rank 0 is the saver
+
+
+def test_an_n_a_run_keeps_its_reason_and_a_crashed_one_is_reported_as_crashed(tmp_path):
+    na = make_run(tmp_path, "0-torn-dcp", {"config": CFG, "status": "n/a", "verdict": "n/a",
+                                           "explanation": "scenario=torn callback=dcp: n/a: why", "ranks": []})
+    r = run_row(tmp_path, na, [])
+    assert (r["verdict"], r["status"], r["note"], r["replicas"]) == ("n/a", "n/a",
+                                                                     "scenario=torn callback=dcp: n/a: why", "")
+    hydra = {"config.yaml": json.dumps(CFG), "hydra.yaml": json.dumps({"hydra": {"runtime": {"choices": {
+        "scenario": "stale"}}}})}
+    crashed = make_run(tmp_path, "1-crashed", hydra=hydra)
+    r = run_row(tmp_path, crashed, [])
+    assert (r["scenario"], r["variant"], r["status"], r["verdict"], r["replicas"], r["note"]) == \
+        ("stale", "poll", "crashed", "crashed", "", "")
+    assert all(r[f"n_{o}"] == 0 for o in OUTCOMES) and r["nonsaver_wait_s"] == ""
+    no_choices = make_run(tmp_path, "2-crashed", hydra={"config.yaml": json.dumps(CFG)})
+    assert run_row(tmp_path, no_choices, [])["scenario"] == "seed"
+
+
+def test_runs_are_found_in_job_order_and_a_nodes_own_dir_is_part_of_its_run(tmp_path):
+    for name in ("10-b", "2-a", "x-named", "2-a/nodes/node0", "2-a/nodes/node1", "1-c", "e", "b", "d", "a"):
+        (tmp_path / name / ".hydra").mkdir(parents=True)
+    (tmp_path / "0-file").mkdir()
+    (tmp_path / "0-file/.hydra").write_text("a file, not a run's folder")
+    assert [p.name for p in find_runs(tmp_path)] == ["a", "b", "d", "e", "x-named", "1-c", "2-a", "10-b"]
+    single = tmp_path / "1-c"
+    assert find_runs(single) == [single]
+
+
+def test_groups_per_point_count_runs_crashes_races_and_outcomes():
+    rows = [row("race", variant="unsynced", missing=1, loaded=1) | {"nonsaver_wait_s": 1.0,
+                                                                     "nonsaver_read_vs_save_end_s": -2.0},
+            row("clean", variant="unsynced", loaded=2) | {"nonsaver_wait_s": 3.0, "nonsaver_read_vs_save_end_s": 1.0},
+            row("clean", variant="unsynced", loaded=2) | {"nonsaver_wait_s": 4.0},
+            row("crashed", variant="unsynced") | {"nonsaver_wait_s": 99.0},
+            row("n/a", variant="dcp", note="why"),
+            row("clean", variant="barrier") | {"skew_s": "0"},
+            row("crashed", variant="poll")]
+    groups = aggregate(rows)
+    assert [(g["variant"], g["skew_s"]) for g in groups] == [("barrier", 0.0), ("poll", 3.0), ("unsynced", 3.0)]
+    unsynced = groups[2]  # the crashed run is counted apart, not in the rate
+    assert {k: unsynced[k] for k in ("runs", "counted", "races", "race_rate", "not_counted", "outcomes", "wait_s",
+                                     "read_s")} == {"runs": 4, "counted": 3, "races": 1, "race_rate": 1 / 3,
+                                                    "not_counted": "crashed 1", "outcomes": "loaded 5, missing 1",
+                                                    "wait_s": 3.0, "read_s": -0.5}
+    assert {k: groups[1][k] for k in ("runs", "counted", "race_rate", "not_counted", "outcomes")} == \
+        {"runs": 1, "counted": 0, "race_rate": None, "not_counted": "crashed 1", "outcomes": ""}
+    assert groups[0]["race_rate"] == 0.0 and groups[0]["skew_s"] == 0.0
+    two_points = aggregate([row("clean", scenario="b"), row("clean", scenario="a"), row("race", missing=2) | {
+        "skew_s": 1.0}, row("clean") | {"world_size": 3}])
+    assert [(g["scenario"], g["world_size"], g["skew_s"]) for g in two_points] == [
+        ("a", 2, 3.0), ("b", 2, 3.0), ("seed", 2, 1.0), ("seed", 3, 3.0)]
+
+
+def test_the_median_is_rounded_and_empty_without_values():
+    assert (_median([1.0, 2.0, 10.0]), _median([1.0, 2.0]), _median([0.12345]), _median([])) == (2.0, 1.5, 0.123, "")
+
+
+def test_the_console_table_aligns_each_ranks_outcome_and_times():
+    verdict = {"ranks": [{"rank": 0, "outcome": "loaded", "timings": {"load_attempt": 12.345, "load_after_save_end":
+                                                                      0.1, "wait": 0}},
+                         {"rank": 1, "outcome": "missing", "timings": {"load_attempt": 9.1,
+                                                                       "load_after_save_end": -2.9}}]}
+    assert format_table(verdict).splitlines() == [
+        "rank  outcome  load at  vs save end  sync wait",
+        "0     loaded   12.35 s  +0.10 s      0.00 s",
+        "1     missing  9.10 s   -2.90 s      -"]
+    assert align([["a", "bb", ""], ["ccc", "d", "e"]]) == "a    bb\nccc  d   e"
+
+
+def test_json_is_written_whole_under_its_name(tmp_path):
+    path = tmp_path / "summary.json"
+    write_json_atomic(path, {"b": 1, "a": [1, 2]})
+    assert path.read_text() == '{\n  "b": 1,\n  "a": [\n    1,\n    2\n  ]\n}\n'
+    write_json_atomic(path, {"again": True})
+    assert json.loads(path.read_text()) == {"again": True}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]  # no temporary file left
