@@ -1,26 +1,33 @@
 # Local targets run the experiment in .venv on CPU ranks (or GPUs when enough are visible).
-PYTHON ?= python3
+# PYTHON: the interpreter for a new .venv; empty: the first that fits of python3.11, python3.12,
+# python3.13, python3 (tools/check-python.sh says what fits).
+PYTHON ?=
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha256sum requirements.lock | cut -c1-12)
+# the race-lab package (pyproject.toml), installed editable on top of the lock
+EDITABLE := $(VENV)/.editable-$(shell sha256sum pyproject.toml | cut -c1-12)
 NOW    := $(shell date +%Y-%m-%d_%H-%M-%S)
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock run sweep matrix stability report bench test test-fast mutants clean
+.PHONY: help install lock run sweep matrix stability report bench test test-fast clean distclean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F":.*## " "{printf \"  make %-16s %s\\n\", \$$1, \$$2}"
 
-install: $(STAMP) ## make .venv with the pinned dependencies of requirements.lock
+install: $(STAMP) $(EDITABLE) ## make .venv: requirements.lock's packages and the race-lab command [PYTHON=python3.12]
 
 $(STAMP): requirements.lock
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.lock
-	rm -f $(VENV)/.installed-* && touch $@
+	@PYTHON='$(PYTHON)' bash tools/install-venv.sh $(VENV) $@
+
+# setuptools warns on every editable install of a flat layout like this one; noise, so not shown
+$(EDITABLE): pyproject.toml $(STAMP)
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet --no-deps -e .
+	rm -f $(VENV)/.editable-* && touch $@
 
 lock: ## re-resolve requirements.in into requirements.lock in a scratch venv
-	rm -rf /tmp/race-lab-lock && $(PYTHON) -m venv /tmp/race-lab-lock
+	python=$$(bash tools/check-python.sh $(or $(PYTHON),python3.11 python3.12 python3.13 python3)) && \
+		rm -rf /tmp/race-lab-lock && $$python -m venv /tmp/race-lab-lock
 	/tmp/race-lab-lock/bin/pip install --quiet -r requirements.in
 	{ sed -n 1,2p requirements.lock; /tmp/race-lab-lock/bin/pip freeze; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock
@@ -39,16 +46,16 @@ sweep: install ## sweep skew x variant (SKEWS=, VARIANTS=, REPEATS=, WORLD=, ARG
 	$(PY) -m train -m skew.seconds=$(SKEWS) callback=$(VARIANTS) world_size=$(WORLD) \
 		'repeat=range($(REPEATS))' hydra.sweep.dir=runs/sweep/$(NOW) $(ARGS)
 
-# The scenario x fix matrix. Its defaults differ from sweep's: every scenario and fix, 2 ranks, 1 repeat.
+# The scenario x fix matrix. Its defaults differ from sweep's: every scenario and fix, 2 ranks, 5 repeats.
 comma    := ,
 empty    :=
 space    := $(empty) $(empty)
 options   = $(subst $(space),$(comma),$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
 given     = $(if $(filter command line environment,$(origin $(1))),$($(1)),$(2))
-matrix: install ## scenario x fix, one Hydra multirun: make matrix [REPEATS=1 WORLD=2 SCENARIOS=seed,torn VARIANTS=barrier,atomic ARGS=]
+matrix: install ## scenario x fix, 5 repeats a cell, one Hydra multirun: make matrix [REPEATS=5 WORLD=2 SCENARIOS=seed,torn VARIANTS=barrier,atomic ARGS=]
 	$(PY) -m train -m scenario=$(call given,SCENARIOS,$(call options,scenario)) \
 		callback=$(call given,VARIANTS,$(call options,callback)) world_size=$(call given,WORLD,2) \
-		'repeat=range($(call given,REPEATS,1))' hydra.sweep.dir=$(call given,DIR,runs/matrix/$(NOW)) $(ARGS)
+		'repeat=range($(call given,REPEATS,5))' hydra.sweep.dir=$(call given,DIR,runs/matrix/$(NOW)) $(ARGS)
 
 N ?= 50
 stability: install ## the seed scenario N times with unsynced and with barrier: verdict counts, weight digests (N=50)
@@ -64,32 +71,14 @@ bench: install ## time to verdict: each figure beside its goal, vs a plain torch
 test: install ## run the whole test suite, as CI does (real multi-rank gloo jobs, the matrix, the engine tier)
 	$(PY) -m pytest -q tests
 
-test-fast: install ## the quick subset for your own loop: no slow or engine tests (about 3 minutes on 2 cores)
+test-fast: install ## the quick subset for your own loop: no slow or engine tests (about 3-4 minutes on 2 cores)
 	$(PY) -m pytest -q -m "not slow and not engine" tests
-
-# Mutation testing: setup.cfg's [mutmut] names the modules (those that need no ranks) and their unit tests. The
-# tests must run every line in scope (coverage, fail_under 100); then every surviving mutant must be listed, with
-# the reason it is equivalent, in docs/mutants.md.
-mutant_tests = $(shell $(PY) -c "import configparser as c; p = c.ConfigParser(); p.read('setup.cfg'); \
-	print(p['mutmut']['pytest_add_cli_args_test_selection'])")
-mutants: install ## mutation testing of the pure modules with their unit tests (mutmut, a few minutes); see docs/mutants.md
-	rm -rf mutants
-	$(PY) -m coverage run -m pytest -q -p no:cacheprovider -m "not slow and not engine and not cli" $(mutant_tests)
-	$(PY) -m coverage report
-	$(VENV)/bin/mutmut run
-	@$(VENV)/bin/mutmut results --all true | sed -n 's/^ *\([^ ]*\): \(.*\)$$/\1 \2/p' > mutants/all.txt
-	@awk '{n[$$2]++} END {for (s in n) printf "%s %d  ", s, n[s]; print ""}' mutants/all.txt
-	@awk '$$2 != "killed" && $$2 != "survived" {print}' mutants/all.txt > mutants/other.txt
-	@test ! -s mutants/other.txt || { echo "error: mutants neither killed nor survived:" >&2; cat mutants/other.txt >&2; exit 1; }
-	@awk '$$2 == "survived" {print $$1}' mutants/all.txt | sort > mutants/survived.txt
-	@grep -o '[^ `|]*__mutmut_[0-9]*' docs/mutants.md | sort -u > mutants/listed.txt
-	@unlisted=$$(comm -23 mutants/survived.txt mutants/listed.txt); test -z "$$unlisted" || { echo "error: surviving \
-	mutants not listed as equivalent in docs/mutants.md (kill each with a test, or list it with its reason):" >&2; \
-	echo "$$unlisted" >&2; exit 1; }
-	@echo "mutants: $$(wc -l < mutants/survived.txt) survived, each listed in docs/mutants.md as equivalent"
 
 clean: ## remove runs/ (results) and caches; keeps .venv
 	rm -rf runs .pytest_cache mutants
+
+distclean: clean ## also remove .venv (make install builds it again, e.g. with another PYTHON=)
+	rm -rf $(VENV)
 
 # --- container ---
 # The experiment in docker/Dockerfile's image, run by Docker Compose (the v2 plugin: `docker compose`)
@@ -128,12 +117,13 @@ quote      = '$(subst ','\'',$(1))'
 COMPOSE    = HOST_UID=$(HOST_UID) HOST_GID=$(HOST_GID) IMAGE_TAG=$(IMAGE_TAG) MEMLOCK=$(call quote,$(MEMLOCK)) \
 	GIT_SHA=$(GIT_SHA) GIT_DIRTY=$(GIT_DIRTY) LOCK_SHA256=$(LOCK_SHA256) $(if $(BASE_IMAGE),BASE_IMAGE=$(BASE_IMAGE)) docker compose
 PROFILES   = --profile cpu --profile sweep --profile nodes --profile nodes-cpu
-CHECK      = IMAGE=$(IMAGE) bash docker/check-host.sh
+CHECK      = IMAGE=$(IMAGE) BASE_IMAGE=$(BASE_IMAGE) TARGET=$@ bash docker/check-host.sh
 SMOKE_DIR := runs/smoke-gpu/$(NOW)
 
-# $(1): the service. The image, built here only when it is missing, unless NO_BUILD is set.
+# $(1): the service. The image, built here only when it is missing, unless NO_BUILD is set. A failed build
+# is followed by check-host.sh base: a base image that cannot be pulled (no registry) gets its own line.
 ensure_image = $(if $(NO_BUILD),$(CHECK) image,docker image inspect $(IMAGE) >/dev/null 2>&1 || \
-	{ $(CHECK) disk && $(COMPOSE) $(PROFILES) build $(1); })
+	{ $(CHECK) disk && { $(COMPOSE) $(PROFILES) build $(1) || { $(CHECK) base; exit 1; }; }; })
 # $(1): the service, $(2): variables for Compose, $(3): its profile flags. Runs the service to its end and
 # exits with its exit code (and Compose's, when Compose fails), removing its container whatever happened.
 compose_up = $(2) $(COMPOSE) $(3) up --no-build --force-recreate --no-log-prefix --exit-code-from $(1) $(1); \
@@ -150,21 +140,21 @@ $(STAMP) lock: export GIT_ALLOW_PROTOCOL = file
 
 build: ## build the image (docker/Dockerfile): the lock's packages, git SHA and lock hash recorded in it [BASE_IMAGE=]
 	@$(CHECK) compose disk
-	$(COMPOSE) build train
+	$(COMPOSE) build train || { $(CHECK) base; exit 1; }
 
 up: ## run in the container on this host's GPUs: make up GPUS=3 [SKEW=5 EPOCHS=3 CALLBACK=barrier ARGS="..."]
 	@$(CHECK) compose nvidia gpus=$(GPUS)
 	@mkdir -p runs
 	@$(call ensure_image,train)
 	@$(CHECK) memlock=$(MEMLOCK)
-	$(call compose_up,train,GPUS=$(GPUS) ARGS=$(call quote,$(TRAIN_ARGS)))
+	@$(call compose_up,train,GPUS=$(GPUS) ARGS=$(call quote,$(TRAIN_ARGS)))
 	@$(call results,summary.json)
 
 up-cpu: ## the same image on CPU ranks over gloo, no GPU needed: make up-cpu [SKEW= EPOCHS= CALLBACK= ARGS=]
 	@$(CHECK) compose
 	@mkdir -p runs
 	@$(call ensure_image,cpu)
-	$(call compose_up,cpu,ARGS=$(call quote,$(TRAIN_ARGS)),--profile cpu)
+	@$(call compose_up,cpu,ARGS=$(call quote,$(TRAIN_ARGS)),--profile cpu)
 	@$(call results,summary.json)
 
 sweep-container: ## a Hydra multirun in the container on GPUS GPUs [SWEEP="skew.seconds=0,2 callback=barrier" ARGS=]
@@ -172,14 +162,14 @@ sweep-container: ## a Hydra multirun in the container on GPUS GPUs [SWEEP="skew.
 	@mkdir -p runs
 	@$(call ensure_image,sweep)
 	@$(CHECK) memlock=$(MEMLOCK)
-	$(call compose_up,sweep,GPUS=$(GPUS) SWEEP=$(call quote,$(SWEEP)) ARGS=$(call quote,$(ARGS)),--profile sweep)
+	@$(call compose_up,sweep,GPUS=$(GPUS) SWEEP=$(call quote,$(SWEEP)) ARGS=$(call quote,$(ARGS)),--profile sweep)
 	@$(call results,report.md)
 
 sweep-container-cpu: ## the same multirun on CPU ranks over gloo, no GPU needed [SWEEP= ARGS=]
 	@$(CHECK) compose
 	@mkdir -p runs
 	@$(call ensure_image,sweep-cpu)
-	$(call compose_up,sweep-cpu,SWEEP=$(call quote,$(SWEEP)) ARGS=$(call quote,$(ARGS)),--profile cpu)
+	@$(call compose_up,sweep-cpu,SWEEP=$(call quote,$(SWEEP)) ARGS=$(call quote,$(ARGS)),--profile cpu)
 	@$(call results,report.md)
 
 down: ## remove the containers of up, up-cpu, sweep-container and up-nodes (./runs stays)
@@ -225,7 +215,7 @@ up-nodes: ## two nodes, two containers, no shared disk: make up-nodes GPUS_PER_N
 	@mkdir -p runs
 	@$(call ensure_image,train)
 	@$(CHECK) memlock=$(MEMLOCK)
-	$(call nodes_up,nodes,node0 node1,NODES_WORLD_SIZE=$$((2 * $(GPUS_PER_NODE))) \
+	@$(call nodes_up,nodes,node0 node1,NODES_WORLD_SIZE=$$((2 * $(GPUS_PER_NODE))) \
 		NODE0_GPUS=$$(seq -s, 0 $$(($(GPUS_PER_NODE) - 1))) \
 		NODE1_GPUS=$$(seq -s, $(GPUS_PER_NODE) $$((2 * $(GPUS_PER_NODE) - 1))))
 	@$(call results,summary.json)
@@ -234,7 +224,7 @@ up-nodes-cpu: ## the same two nodes on CPU ranks over gloo, no GPU needed [CALLB
 	@$(CHECK) compose
 	@mkdir -p runs
 	@$(call ensure_image,cpu)
-	$(call nodes_up,nodes-cpu,node0-cpu node1-cpu)
+	@$(call nodes_up,nodes-cpu,node0-cpu node1-cpu)
 	@$(call results,summary.json)
 
 smoke-gpu: install ## GPU host, no container: seed scenario over NCCL on GPUS GPUs (default all), both variants

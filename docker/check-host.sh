@@ -11,6 +11,8 @@
 #                              16: the image is about 7 GB and the build needs about as much again);
 #                              passes when $IMAGE exists already or the data root is not on this host
 #   check-host.sh image        the image $IMAGE exists (what NO_BUILD=1 runs)
+#   check-host.sh base         after a failed build: fails when the base image ($BASE_IMAGE, else the
+#                              Dockerfile's) is neither here nor pullable, pointing to docker/standin-base.sh
 #   check-host.sh memlock=N    the engine can start $IMAGE with a locked-memory limit of N bytes (-1:
 #                              unlimited), as the GPU services ask for NCCL
 #
@@ -18,6 +20,7 @@
 set -u
 WAIT_S=${CHECK_HOST_WAIT_S:-30}
 IMAGE=${IMAGE:-race-lab:latest}
+HERE=$(dirname "$0")
 
 fail() { echo "error: $*" >&2; exit 1; }
 
@@ -57,6 +60,17 @@ for check in "$@"; do
         docker image inspect "$IMAGE" >/dev/null 2>&1 ||
             fail "image ${IMAGE} not found: build it first (make build), or drop NO_BUILD=1 to build it when missing"
         ;;
+    base)
+        base=${BASE_IMAGE:-$(sed -n 's/^ARG BASE_IMAGE=//p' "$HERE/Dockerfile")}
+        docker image inspect "$base" >/dev/null 2>&1 && continue
+        rc=0
+        out=$(timeout "$WAIT_S" docker pull --quiet "$base" 2>&1) || rc=$?
+        [ "$rc" -ne 0 ] || continue  # it can be had: the build failed for another reason, which it printed
+        [ "$rc" -ne 124 ] || out="no answer within ${WAIT_S} s"
+        fail "cannot pull the base image ${base} ($(printf '%s' "$out" | head -n 1)): without a registry," \
+             "build on a local one: make ${TARGET:-build} BASE_IMAGE=\$(bash docker/standin-base.sh)" \
+             "(README: Without access to an image registry)"
+        ;;
     memlock=*)
         memlock=${check#memlock=}
         rc=0
@@ -93,7 +107,7 @@ for check in "$@"; do
             fail "GPUS=${gpus} but this host has ${HOST_GPUS} GPU(s) (nvidia-smi -L): use GPUS=${HOST_GPUS} or fewer"
         ;;
     *)
-        fail "check-host.sh: unknown check '$check' (compose, nvidia, gpus=N, disk, image, memlock=N)"
+        fail "check-host.sh: unknown check '$check' (compose, nvidia, gpus=N, disk, image, base, memlock=N)"
         ;;
     esac
 done

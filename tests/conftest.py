@@ -41,6 +41,12 @@ def run_train(run_dir: Path, *overrides, timeout=300, env=None) -> Run:
     return Run(proc, run_dir)
 
 
+def multirun(sweep_dir, *overrides, timeout=600):
+    """python -m train -m (a Hydra sweep) into sweep_dir."""
+    return subprocess.run([sys.executable, "-m", "train", "-m", f"hydra.sweep.dir={sweep_dir}", *overrides],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
 def alive(pids) -> list:
     """The pids still running (zombies count as gone)."""
     out = []

@@ -169,6 +169,9 @@ def test_poll_reads_the_half_written_file_where_atomic_and_the_barrier_read_the_
     cells = runs["torn"].summaries()
     assert runs["torn"].rc == 0, runs["torn"].out[-3000:]
     poll = events_of(cells[("torn", "poll")])
+    header = (Path(cells[("torn", "poll")]["run_dir"]) / "console.log").read_text()
+    assert "\nfault: rank 0 stalls 3 s halfway through writing the last checkpoint; every rank but rank 0 pauses " \
+        "1 s before it loads\n" in header  # the header says what the scenario injects
     assert first(poll, "load_attempt", 1)["bytes"] < first(poll, "save_end", 0)["bytes"]
     assert first(poll, "load_attempt", 1)["t"] < first(poll, "save_end", 0)["t"]
     for fix in ("atomic", "barrier"):  # they read only once the save had ended

@@ -90,12 +90,12 @@ def make(*args, env=None, timeout=60):
 
 def compose_line(make_n_output: str, command="up"):
     """The `... docker compose [--profile P] <command> ...` command of a `make -n` listing: (its VAR=value
-    prefix, the argv after it). Commands joined with `;`, `&&` or `{` on one line are told apart."""
+    prefix, the argv after it). Commands joined with `;`, `&&`, `||` or `{` on one line are told apart."""
     found = []
     for line in make_n_output.splitlines():
         if " docker compose " not in f" {line} ":
             continue
-        for part in re.split(r"; |&& |\{ ", line):
+        for part in re.split(r"; |&& |\|\| |\{ ", line):
             words = shlex.split(part)
             if words[-1:] == ["}"]:
                 words.pop()
@@ -331,7 +331,7 @@ def test_make_n_smoke_gpu_runs_both_variants_over_nccl_then_compares():
 # --- what the targets say on a host that lacks something (stand-ins for docker and nvidia-smi) ----------
 
 STUB_TOOLS = ["bash", "sh", "timeout", "grep", "head", "id", "git", "sha256sum", "cut", "mkdir", "sleep", "cat",
-              "env", "date", "find", "sort", "awk", "df", "seq"]
+              "env", "date", "find", "sort", "awk", "df", "seq", "sed", "dirname"]
 
 
 def host(tmp_path, docker=None, nvidia_smi=None):
@@ -502,6 +502,40 @@ def test_up_builds_only_a_missing_image_and_no_build_refuses_to(tmp_path, stub_r
     assert proc.returncode != 0
     assert "error: image race-lab:latest not found: build it first (make build)" in proc.stderr
     assert not [c for c in docker_calls(env) if " build " in f" {c} " or " up " in f" {c} "]
+
+
+# No registry: the image is missing, its build fails at FROM, and the base cannot be pulled either.
+DOCKER_NO_REGISTRY = DOCKER_NO_IMAGE.replace('case " $* " in', '''case " $* " in
+  *" build "*) echo "failed to solve: failed to resolve source metadata for docker.io/library/python: dial tcp: \\
+lookup registry-1.docker.io: no such host" >&2; exit 17 ;;
+  *" pull --quiet "*) echo "Error response from daemon: Get https://registry-1.docker.io/v2/: dial tcp: \\
+lookup registry-1.docker.io: no such host" >&2; exit 1 ;;''', 1)
+
+
+@pytest.mark.parametrize("target", ["up-cpu", "sweep-container-cpu", "up-nodes-cpu", "build"])
+def test_a_build_without_a_registry_points_to_base_image_and_the_standin(tmp_path, target):
+    env = host(tmp_path, DOCKER_NO_REGISTRY)
+    proc = make(target, env=env)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    base = re.search(r"^ARG BASE_IMAGE=(\S+)$", DOCKERFILE.read_text(), re.M)[1]
+    assert errors == [f"error: cannot pull the base image {base} (Error response from daemon: Get "
+                      "https://registry-1.docker.io/v2/: dial tcp: lookup registry-1.docker.io: no such host): "
+                      f"without a registry, build on a local one: make {target} BASE_IMAGE=$(bash "
+                      "docker/standin-base.sh) (README: Without access to an image registry)"], proc.stderr
+    calls = docker_calls(env)
+    build, pull = positions(calls, " build "), positions(calls, f"pull --quiet {base}")
+    assert len(build) == 1 and len(pull) == 1 and build[0] < pull[0]  # the registry is asked once the build failed
+    assert not [c for c in calls if " up " in f" {c} "]
+
+
+def test_a_build_that_fails_with_the_base_at_hand_gets_no_registry_line(tmp_path):
+    env = host(tmp_path, DOCKER_NO_REGISTRY.replace('*" pull --quiet "*) echo', '*" pull --quiet "*) exit 0; echo'))
+    proc = make("up-cpu", "BASE_IMAGE=race-lab-standin:test", env=env)
+    assert proc.returncode != 0
+    assert not [line for line in proc.stderr.splitlines() if line.startswith("error:")], proc.stderr
+    calls = docker_calls(env)
+    assert positions(calls, "pull --quiet race-lab-standin:test") and not [c for c in calls if " up " in f" {c} "]
 
 
 def test_up_stops_with_one_line_when_the_engine_cannot_lock_memory_for_nccl(tmp_path):

@@ -187,6 +187,13 @@ def test_the_image_records_the_commit_and_the_lock_and_a_disagreeing_lock_hash_f
     assert sh("docker", "image", "inspect", f"race-lab:{bad_tag}").returncode != 0
 
 
+def assert_quiet_success(proc):
+    """A run that succeeded shows its own lines: no echoed Compose command, no stack trace."""
+    out = proc.stdout + proc.stderr
+    for noise in ("docker compose", "Traceback", "Exception raised from"):
+        assert noise not in out, f"{noise!r} on the console of a run that succeeded:\n{out[-3000:]}"
+
+
 # --- the CPU service end to end -------------------------------------------------------------------------
 
 def test_make_up_cpu_runs_the_race_into_host_runs_owned_by_the_host_user_and_leaves_no_container(
@@ -196,6 +203,7 @@ def test_make_up_cpu_runs_the_race_into_host_runs_owned_by_the_host_user_and_lea
               timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"  {run_dir.relative_to(ROOT)}/" in proc.stdout.splitlines()  # make names what the run wrote
+    assert_quiet_success(proc)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["verdict"] == "race"
     assert summary["config"]["world_size"] == 2
@@ -294,6 +302,7 @@ def test_make_up_nodes_cpu_two_containers_race_for_a_checkpoint_only_node0s_volu
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert f"  {run_dir.relative_to(ROOT)}/" in lines  # make names the one run dir
+    assert_quiet_success(proc)
     summaries = sorted(run_dir.rglob("summary.json"))
     assert summaries == [run_dir / "summary.json"]  # one verdict for both nodes, merged by node 0
     summary = json.loads(summaries[0].read_text())

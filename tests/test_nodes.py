@@ -54,7 +54,14 @@ def test_no_shared_fs_on_one_host_barrier_loses_and_broadcast_and_save_on_each_n
     starts = {e["rank"]: e for e in run.events if e["event"] == "rank_start"}
     assert (starts[0]["node"], starts[1]["node"]) == (0, 1)
     assert (run.dir / "models/node0/best.pth").exists() and not (run.dir / "models/node1/best.pth").exists()
+    assert s["explanation"].startswith("race: rank 1 tried to load (FileNotFoundError): the file is on node 0's own "
+                                       "disk; node 1's disk has none")
     assert not processes_tagged(str(run.dir))  # both agents and every rank are gone
+    # the console: one header, ranks by their real rank, node 0 before node 1, no stack trace
+    assert run.out.count("run dir: ") == 1 and run.out.count("\nfault: ") == 1
+    assert "[rank 1] " in run.out and "[default_role" not in run.out
+    assert run.out.index("node 0 of 2: ok") < run.out.index("node 1 of 2: ok")
+    assert "Traceback" not in run.out + run.err and "Exception raised from" not in run.out + run.err
 
     for fix in ("broadcast", "save_on_each_node"):  # an override in Hydra's ++ form reaches both nodes too
         run = train("scenario=no_shared_fs", f"callback={fix}", "world_size=2", "expect=clean", "++seed=3")

@@ -230,6 +230,33 @@ def test_a_barrier_broken_by_an_interrupt_is_aborted_not_an_error():
     assert outcome(1, launch("ok", ev(9, 1, "sync_enter", how="barrier"), broke)) == "error"
 
 
+def test_a_clean_explanation_names_the_trap_that_the_fix_avoided():
+    late = [ev(2, 0, "skew_start", seconds=3.0), ev(5, 0, "skew_end")]
+    waited = [ev(1.5, 1, "sync_enter", how="barrier"), ev(12.005, 1, "sync_exit", how="barrier")]
+    events = launch("ok", *late, *saver(), *waited, *loader(1, 12.01, digest="w-last"))
+    assert judge(events, 2).explanation == (
+        "clean: every rank loaded the last checkpoint rank 0 wrote; rank 1 started loading 0.01 s after the save "
+        "ended. The trap it avoided: rank 0 was 3.0 s late at its last save; rank 1 waited 10.5 s at the barrier")
+
+    torn = [ev(11, 0, "skew_start", seconds=3.0, at="mid_write"), ev(11.9, 0, "skew_end")]
+    older = saver(digests=("w-old", "w-last"))
+    assert "rank 0 stalled 3.0 s halfway through writing the checkpoint, so it existed half-written; an older " \
+        "checkpoint (epoch 0) was there to read" in judge(launch("ok", *torn, *older, *loader(1, 12.5, digest="w-last")),
+                                                         2).explanation
+
+
+def test_a_rank_that_finds_no_file_on_its_own_node_is_told_where_the_file_is():
+    nodes = [ev(0.1, 0, "rank_start", node=0), ev(0.1, 1, "rank_start", node=1),
+             ev(1, 0, "fit_start", node_local=True), ev(1, 1, "fit_start", node_local=True)]
+    events = launch("ok", *nodes, *saver(end=12.0),
+                    *loader(1, 12.05, error_type="FileNotFoundError", message="No such file"))
+    assert judge(events, 2).explanation.startswith(
+        "race: rank 1 tried to load (FileNotFoundError): the file is on node 0's own disk; node 1's disk has none")
+
+    shared = [{**e, "node_local": False} if e["event"] == "fit_start" else e for e in events]
+    assert "own disk" not in judge(shared, 2).explanation  # a shared filesystem: no such claim
+
+
 # --- every branch of the classification, its outcome and its detail ---------------------------------------
 
 def detail(rank, events):

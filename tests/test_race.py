@@ -91,38 +91,6 @@ def test_a_crashed_rank_leaves_its_events_and_no_process(train):
     assert not processes_tagged(str(run.dir))  # nor the forkserver the ranks came from
 
 
-def test_ctrl_c_on_the_launcher_stops_every_rank(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", "callback=barrier",
-                             "skew.seconds=120"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=tagged_env(str(run_dir)))
-    waiting = {0: '"skew_start"', 1: '"sync_enter"', 2: '"sync_enter"'}
-    try:
-        deadline = time.time() + 180
-        while time.time() < deadline:  # wait until rank 0 is in its skew and the others at the barrier
-            ready = [r for r, event in waiting.items()
-                     if (run_dir / f"events/rank{r}.jsonl").exists()
-                     and event in (run_dir / f"events/rank{r}.jsonl").read_text()]
-            if len(ready) == 3:
-                break
-            time.sleep(0.5)
-        assert len(ready) == 3, "ranks did not get to the skew and the barrier"
-        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the launcher
-        out, _ = proc.communicate(timeout=90)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, out[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "interrupted"
-    assert summary["verdict"] == "interrupted"  # no race verdict for a run that was stopped
-    assert summary["explanation"] == "interrupted: the run was stopped by SIGINT before it ended; no verdict"
-    assert {r["outcome"] for r in summary["ranks"]} == {"aborted"}
-    pids = [json.loads(line)["pid"] for p in (run_dir / "events").glob("rank*.jsonl")
-            for line in p.read_text().splitlines() if '"rank_start"' in line]
-    assert len(pids) == 3 and not alive(pids)
-    assert not processes_tagged(str(run_dir))
-
-
 def test_a_run_dir_that_holds_a_run_is_refused_before_any_rank(train):
     first = train("world_size=1", "skew.seconds=0")
     assert first.rc == 0, first.err[-3000:]

@@ -9,12 +9,7 @@ import sys
 import pytest
 from PIL import Image
 
-from conftest import ROOT
-
-
-def multirun(sweep_dir, *overrides, timeout=600):
-    return subprocess.run([sys.executable, "-m", "train", "-m", f"hydra.sweep.dir={sweep_dir}", *overrides],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+from conftest import ROOT, multirun
 
 
 def read_csv(path):
@@ -40,7 +35,7 @@ def test_a_small_sweep_makes_the_report(tmp_path):
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[sweep] job ")]
     assert len(lines) == 4 and all(re.search(r"  (race|clean)  \d+\.\d s$", line) for line in lines), lines
     assert "callback=unsynced" in next(line for line in lines if "  race  " in line)
-    assert "Attempting to load model." not in proc.stdout and "[default_role" not in proc.stdout
+    assert "Attempting to load model." not in proc.stdout and "[rank " not in proc.stdout
     assert "\r" not in proc.stdout, "no progress bar outside a terminal"
     for job in sweep.glob("[0-9]-*"):
         rank_logs = "".join(p.read_text() for p in job.glob("logs/*/attempt_0/*/stdout.log"))
@@ -59,10 +54,10 @@ def test_a_small_sweep_makes_the_report(tmp_path):
     assert all(float(r["wall_s"]) > 0 for r in rows)
 
     md = (sweep / "report.md").read_text()
-    assert "| variant | world size | skew (s) | runs | race rate |" in md
-    assert "| barrier | 2 | 3 | 1 | 0% | loaded 2 |" in md
-    assert "| unsynced | 2 | 3 | 1 | 100% | loaded 1, missing 1 |" in md
-    assert "| unsynced | 2 | 3 | 1 | 100% |" in proc.stdout  # printed at the end of the sweep
+    assert "| variant | world size | skew (s) | runs | race rate (95% CI) | not counted |" in md
+    assert "| barrier | 2 | 3 | 1 | 0/1 (0–79%) | - | loaded 2 |" in md
+    assert "| unsynced | 2 | 3 | 1 | 1/1 (21–100%) | - | loaded 1, missing 1 |" in md  # one run: not "100%"
+    assert "| unsynced | 2 | 3 | 1 | 1/1 (21–100%) |" in proc.stdout  # printed at the end of the sweep
     assert_png(sweep / "race_vs_skew.png")
     timelines = sorted(sweep.glob("*/timeline.png"))
     assert len(timelines) == 4
@@ -83,7 +78,9 @@ def test_a_small_sweep_makes_the_report(tmp_path):
                    capture_output=True, timeout=120)
     rows = read_csv(sweep / "report.csv")
     assert len(rows) == 5 and rows[-1]["job"] == "9-crashed" and rows[-1]["verdict"] == "crashed"
-    assert "(1 crashed)" in (sweep / "report.md").read_text()
+    # and counted apart, not in a race rate (job 0: unsynced at skew 0, which races or not)
+    assert re.search(r"\| unsynced \| 2 \| 0 \| 2 \| (0/1 \(0–79%\)|1/1 \(21–100%\)) \| crashed 1 \|",
+                     (sweep / "report.md").read_text())
 
 
 def test_a_bad_job_is_reported_and_the_sweep_goes_on(tmp_path):
@@ -112,6 +109,157 @@ def test_the_progress_bar_estimates_the_time_left():
     assert progress_bar(0, 4, None, width=8) == "[........] 0/4 jobs"
     assert progress_bar(1, 4, 75.4, width=8) == "[##......] 1/4 jobs  ~1m15s left"
     assert progress_bar(4, 4, 0, width=8) == "[########] 4/4 jobs  ~0s left"
+
+
+def inside(fig, artist) -> bool:
+    """artist is drawn wholly within the figure: nothing of it is clipped at an edge."""
+    box = artist.get_window_extent(fig.canvas.get_renderer())
+    return fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1
+
+
+def words(text) -> str:
+    return " ".join(text.split())
+
+
+def matrix_cells(n_scenarios, n_fixes) -> list:
+    """Hand-made cells: the known scenarios and fixes first, then made-up ones for wider grids."""
+    from train.matrix import FIX_ORDER, SCENARIO_ORDER
+
+    scenarios = (SCENARIO_ORDER + [f"scenario_{k}" for k in range(20)])[:n_scenarios]
+    fixes = (FIX_ORDER + [f"fix_{k}" for k in range(20)])[:n_fixes]
+    na = {"runs": 0, "counted": 0, "races": 0, "race_rate": "", "ci_low": "", "ci_high": "", "not_counted": 0,
+          "not_counted_verdicts": "", "verdict": "n/a", "verdict_runs": 0, "outcome": "", "replicas_diverged": "",
+          "note": "does not apply"}
+    kinds = [  # the longest labels: a race with every line, another verdict with races, no verdict at all
+        {**na, "runs": 5, "counted": 4, "races": 4, "race_rate": 1.0, "ci_low": 0.51, "ci_high": 1.0,
+         "not_counted": 1, "not_counted_verdicts": "interrupted 1", "verdict": "race", "verdict_runs": 4,
+         "outcome": "timeout, skipped", "replicas_diverged": 4, "note": ""},
+        {**na, "runs": 5, "counted": 5, "race_rate": 0.0, "ci_low": 0.0, "ci_high": 0.434, "verdict": "clean",
+         "verdict_runs": 5, "outcome": "loaded", "replicas_diverged": 0, "note": ""},
+        {**na, "runs": 5, "counted": 5, "races": 2, "race_rate": 0.4, "ci_low": 0.118, "ci_high": 0.769,
+         "verdict": "save_failed", "verdict_runs": 3, "outcome": "skipped, corrupt", "replicas_diverged": 0,
+         "note": ""},
+        {**na, "runs": 5, "not_counted": 5, "not_counted_verdicts": "interrupted 3, error 2", "verdict": "interrupted",
+         "verdict_runs": 3, "outcome": "aborted, error", "replicas_diverged": 0, "note": ""},
+        na]
+    cells = []
+    for i, s in enumerate(scenarios):
+        for j, f in enumerate(fixes):
+            cells.append({"scenario": s, "fix": f, **kinds[(i + j) % len(kinds)]})
+    return cells
+
+
+@pytest.mark.parametrize("grid", [(1, 1), (2, 2), (2, 1), (1, 8), (8, 1), (8, 8), (10, 12)])
+def test_the_matrix_title_and_legend_fit_any_grid(tmp_path, grid):
+    from train.matrix import TITLE, matrix_figure, plot
+
+    cells = matrix_cells(*grid)
+    fig = matrix_figure(cells)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    title, key, ax = fig._suptitle, fig.legends[0], fig.axes[0]
+    assert words(title.get_text()) == TITLE  # wrapped over lines, never cut
+    assert inside(fig, title) and inside(fig, key)
+    assert all(inside(fig, t) for t in ax.get_xticklabels() + ax.get_yticklabels())
+    grid_box = ax.get_tightbbox(renderer)  # the cells with the scenario and fix names
+    assert not title.get_window_extent(renderer).overlaps(grid_box)
+    assert not key.get_window_extent(renderer).overlaps(grid_box)
+    assert {t.get_text() for t in key.get_texts()} == {c["verdict"] for c in cells}
+    # each cell's text (its count and interval among it) lies within its cell
+    for patch, text in zip(ax.patches, ax.texts):
+        cell_box, text_box = patch.get_window_extent(renderer), text.get_window_extent(renderer)
+        assert cell_box.x0 < text_box.x0 and text_box.x1 < cell_box.x1, text.get_text()
+        assert cell_box.y0 < text_box.y0 and text_box.y1 < cell_box.y1, text.get_text()
+    plot(cells, tmp_path / "matrix.png")  # the PNG is this figure, at 110 dpi
+    with Image.open(tmp_path / "matrix.png") as im:
+        assert im.format == "PNG"
+        assert im.size == pytest.approx((fig.get_figwidth() * 110, fig.get_figheight() * 110), abs=1)
+
+
+def made_run(run, explanation, n_ranks=8, launcher_took=5.0) -> list:
+    """A run dir by hand: summary.json and its events, rank 0 saving late and the others loading early."""
+    import json as json_
+
+    from train.events import events_dir
+
+    t = 1000.0 + launcher_took
+    events = [{"t": 1000.0, "rank": "launcher", "event": "launch_start"}]
+    for r in range(n_ranks):
+        start = t + 0.05 * r
+        events += [{"t": start, "rank": r, "event": "rank_start"}, {"t": start + 0.3, "rank": r, "event": "fit_start"},
+                   {"t": start + 0.6, "rank": r, "event": "train_end"}]
+        if r == 0:
+            events += [{"t": start + 0.6, "rank": 0, "event": "skew_start"},
+                       {"t": start + 1.6, "rank": 0, "event": "skew_end"},
+                       {"t": start + 1.6, "rank": 0, "event": "save_start"},
+                       {"t": start + 1.7, "rank": 0, "event": "save_end"}]
+        events += [{"t": start + 1.7 if r == 0 else start + 0.61, "rank": r, "event": "load_attempt"},
+                   {"t": start + 1.75 if r == 0 else start + 0.62, "rank": r,
+                    "event": "load_done" if r == 0 else "load_error"}]
+    events.append({"t": t + 2.0, "rank": "launcher", "event": "launch_end"})
+    events_dir(run).mkdir(parents=True)
+    (events_dir(run) / "all.jsonl").write_text("".join(json_.dumps(e) + "\n" for e in events))
+    summary = {"verdict": "race", "explanation": explanation,
+               "ranks": [{"rank": r, "outcome": "loaded" if r == 0 else "missing"} for r in range(n_ranks)],
+               "config": {"scenario": "seed", "callback": {"name": "unsynced"}, "skew": {"seconds": 1, "rank": 0}}}
+    (run / "summary.json").write_text(json_.dumps(summary))
+    return sorted(events, key=lambda e: e["t"])
+
+
+def assert_timeline_fits(fig, explanation):
+    """The whole explanation is in the title, and the title, legend, labels and outcomes lie within the figure."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    title, key, ax = fig._suptitle, fig.legends[0], fig.axes[0]
+    assert "".join(explanation.split()) in "".join(title.get_text().split())
+    assert "[...]" not in title.get_text()
+    outcomes = ax.child_axes[0].get_yticklabels()  # the secondary y axis on the right
+    for artist in [title, key, ax.xaxis.label, *ax.get_yticklabels(), *outcomes]:
+        assert inside(fig, artist), artist
+    assert not title.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+
+
+def test_a_timeline_starts_at_the_first_rank_and_shows_the_whole_explanation(tmp_path):
+    from train.report import timeline_figure
+
+    long = ("race: ranks 1, 2, 3, 4, 5, 6 and 7 tried to load 0.9-1.1 s before rank 0 finished saving "
+            "(FileNotFoundError); the replicas diverged: rank 0 vs ranks 1-7 end with different weights; "
+            "rank 0's save of /tmp/a/very/long/path/that/has/no/spaces/in/it/models/best.pth failed "
+            "(OSError: [Errno 28] No space left on device) and every other rank skipped the load")
+    figs = {}
+    for name, explanation in [("short", "race: rank 1 tried to load 1.0 s before rank 0 finished saving"),
+                              ("long", long)]:
+        run = tmp_path / name
+        events = made_run(run, explanation)
+        fig = figs[name] = timeline_figure(run, events)
+        assert_timeline_fits(fig, explanation)
+        ax = fig.axes[0]
+        assert ax.get_xlim()[0] == 0  # not the launcher's start-up: the first rank starts at 0
+        assert min(p.get_x() for p in ax.patches) == 0
+        assert "seconds since the first rank started (the launcher took 5.0 s before it)" in ax.get_xlabel()
+        assert [t.get_text() for t in ax.child_axes[0].get_yticklabels()] == ["loaded"] + ["missing"] * 7
+    assert figs["long"].get_figheight() > figs["short"].get_figheight()  # grown to fit the title
+    assert figs["long"].get_figwidth() == figs["short"].get_figwidth()
+
+
+def test_a_real_runs_timeline(train):
+    from train.report import draw_timeline, timeline_figure
+
+    run = train("world_size=2", "skew.seconds=1", "epochs=1")
+    assert run.rc == 0, run.err[-3000:]
+    assert draw_timeline(run.dir)
+    assert_png(run.dir / "timeline.png")
+    events = run.events
+    fig = timeline_figure(run.dir, events)
+    assert_timeline_fits(fig, run.summary["explanation"])
+    ax = fig.axes[0]
+    first = min(e["t"] for e in events if e["event"] == "rank_start")
+    launched = next(e["t"] for e in events if e["event"] == "launch_start")
+    assert ax.get_xlim()[0] == 0 and min(p.get_x() for p in ax.patches) == pytest.approx(0)
+    assert f"(the launcher took {first - launched:.1f} s before it)" in ax.get_xlabel()
+    # the bars end where the run did, not 60-80% of the way in after the launcher's start-up
+    last = max(e["t"] for e in events) - first
+    assert ax.get_xlim()[1] == pytest.approx(last * 1.02)
 
 
 @pytest.mark.slow

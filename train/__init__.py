@@ -17,8 +17,11 @@ The story, in reading order:
   outcomes.py  pure functions: events -> what each rank saw -> verdict
   summary.py   summary.json, the environment, and the console table
   sweep.py     Hydra callback for -m: job k of n, then the report
+  rates.py     a rate as a count with its 95% Wilson interval; which runs a rate does not count
   report.py    runs -> report.csv, report.md and plots; --merge for several nodes' run dirs
   matrix.py    a sweep's scenario x fix matrix: matrix.csv, matrix.md, matrix.png
+  matrix_html.py  matrix.html: the matrix as one static page; a click on a cell lists its runs
+  figures.py   what the pictures share: text wrapped to the figure, a legend that fits
   stability.py the seed scenario N times per fix: how stable the verdicts are
   bench.py     wall time and launcher memory, recorded to a file
 """

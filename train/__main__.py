@@ -1,4 +1,4 @@
-"""`python -m train`: the Hydra app, with Hydra's own config errors turned into one line and exit 2."""
+"""`python -m train` and `race-lab`: the Hydra app, with Hydra's own config errors turned into one line and exit 2."""
 import atexit
 import os
 import sys
@@ -21,7 +21,9 @@ def exit_without_teardown(code):
     os._exit(code)
 
 
-if __name__ == "__main__":  # spawned ranks re-import this module; only the user's process launches
+def cli():
+    """The command line: `python -m train` and the `race-lab` command (pyproject.toml) both call this.
+    It never returns: it exits through exit_without_teardown."""
     user_wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let composition errors reach us instead of Hydra's printout
     from train.early import start_forkserver
@@ -41,3 +43,7 @@ if __name__ == "__main__":  # spawned ranks re-import this module; only the user
         print(f"error: {line}", file=sys.stderr)
         exit_without_teardown(EXIT_BAD_CONFIG)
     exit_without_teardown(0)
+
+
+if __name__ == "__main__":  # spawned ranks re-import this module; only the user's process launches
+    cli()

@@ -73,8 +73,8 @@ class RaceSaveModelCallback(SaveModelCallback):
     def __init__(self, events, faults, checkpoint: dict, timeout_s: float):
         super().__init__(monitor="accuracy", fname=checkpoint["name"], every_epoch=False, with_opt=False)
         self.events, self.faults, self.timeout_s = events, faults, timeout_s
-        self.keep_existing, self.early_saves, self.guard = (checkpoint[k] for k in ("keep_existing", "early_saves",
-                                                                                  "guard"))
+        self.keep_existing, self.early_saves, self.guard, self.node_local = (
+            checkpoint[k] for k in ("keep_existing", "early_saves", "guard", "node_local"))
         self.best_state, self.save_ok = None, None
 
     # --- what a fix may change ---
@@ -107,7 +107,8 @@ class RaceSaveModelCallback(SaveModelCallback):
         if not self.keep_existing and local_rank() == 0:  # each node its own folder, where that is node-local
             self.remove_checkpoint()
         self.events.record("fit_start", train_batches=len(self.dls.train),
-                           ddp=isinstance(self.learn.model, DistributedDataParallel))
+                           ddp=isinstance(self.learn.model, DistributedDataParallel),
+                           checkpoint=str(self.checkpoint), node_local=self.node_local)
 
     def remove_checkpoint(self):
         if self.checkpoint.exists():  # unlink fails on a read-only filesystem even when nothing is there

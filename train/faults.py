@@ -67,3 +67,35 @@ class Faults:
         self.events.record(f"{name}_start", seconds=seconds, **fields)
         time.sleep(seconds)
         self.events.record(f"{name}_end")
+
+
+def describe(cfg: dict) -> str:
+    """In words, what this run's scenario injects: who stalls, where, how long, and what else. For the
+    header of every run (the launcher's); pure, over the config."""
+    skew, fault, ckpt, parts = cfg["skew"], cfg["fault"], cfg["checkpoint"], []
+    if fault["crash_rank"] is not None:
+        parts.append(f"rank {fault['crash_rank']} dies where its last save would start")
+    if fault["misdetect_rank"]:
+        parts.append("at the last save every process believes it is rank 0 (RANK and WORLD_SIZE unset), so all write")
+    if skew["seconds"] > 0:
+        parts.append(f"rank {skew['rank']} stalls {skew['seconds']:g} s right before its last save")
+    if skew["mid_write_s"] > 0:
+        parts.append(f"rank 0 stalls {skew['mid_write_s']:g} s halfway through writing the last checkpoint")
+    if fault["save_error"]:
+        code = getattr(errno, fault["save_error"])
+        parts.append(f"rank 0's last save fails halfway with OSError {fault['save_error']} ({os.strerror(code)})")
+    if fault["read_delay_s"] > 0:
+        parts.append(f"every rank but rank 0 pauses {fault['read_delay_s']:g} s before it loads")
+    if ckpt["early_saves"]:
+        parts.append("every improvement before the last epoch is saved too, so an older checkpoint is there to read")
+    if ckpt["keep_existing"]:
+        parts.append("a checkpoint left in checkpoint.dir by an earlier run is kept")
+    if fault["best_epoch"] is not None:
+        best = "the last epoch" if fault["best_epoch"] == -1 else f"epoch {fault['best_epoch']}"
+        parts.append(f"the monitored metric is shaped so {best} is the best")
+    if ckpt["guard"] != "none":
+        parts.append(f"each rank checks on its own whether the file exists before its {ckpt['guard']} "
+                     "and skips it if not")
+    if ckpt["node_local"]:
+        parts.append("each node keeps its checkpoints on its own disk (no shared filesystem)")
+    return "; ".join(parts) or "nothing: no stall, no fault"

@@ -6,6 +6,7 @@ It never imports fastai; each rank does, in its own process (train/worker.py).
 import atexit
 import contextlib
 import errno
+import logging
 import multiprocessing
 import os
 import re
@@ -31,6 +32,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from train.config import ConfigError
+from train.faults import describe as describe_faults
 from train.early import stop_forkserver
 from train import nodes
 from train.events import LAUNCHER, EventLog, read_events
@@ -40,6 +42,7 @@ from train.rank import rank_main
 from train.summary import environment, format_table, write_json_atomic
 
 EXIT_EXPECT_MISMATCH, EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED = 1, 2, 3, 130
+SHUTDOWN_S = 1  # a rank the agent stops gets this long before SIGKILL (each leaves at once: train/rank.py)
 _started = threading.Event()  # set once a run dir is claimed: from then on errors are the run's, not the input's
 
 
@@ -149,6 +152,26 @@ def exit_barrier_within(seconds: float):
     SimpleElasticAgent._exit_barrier = _exit_barrier
 
 
+AGENT_LOG = "agent.log"  # torch elastic's own log lines, in the run dir's logs/
+
+
+def log_agent_to(path: Path) -> logging.Handler:
+    """torch elastic's own warnings (a rank shut down, an exit barrier that lost its peer, with C++ stack
+    traces) go to a file in the run dir, not the console, which keeps to the run's own lines. Returns
+    the handler; closing it is the caller's."""
+    agent = logging.getLogger("torch.distributed.elastic")
+    for old in [h for h in agent.handlers if getattr(h, "race_lab", False)]:
+        agent.removeHandler(old)
+        old.close()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    handler.race_lab = True
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    agent.addHandler(handler)
+    agent.propagate = False
+    return handler
+
+
 def _raise_signal_exception(signum, frame):
     raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
 
@@ -176,8 +199,10 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         rdzv_backend="c10d", rdzv_endpoint=cfg["rdzv"]["endpoint"],
         rdzv_configs={"join_timeout": cfg["timeout"]["collective_s"], "read_timeout": cfg["timeout"]["collective_s"]},
         max_restarts=0, monitor_interval=0.02, start_method=cfg["launch"]["start_method"],
+        shutdown_timeout=SHUTDOWN_S,
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL,
                                     tee=Std.ALL if echo else Std.NONE),
+        log_line_prefix_template="[rank ${rank}] ",  # the global rank, on every node
     )
     if launch_cfg.start_method == "forkserver":
         # ranks fork from a server that has imported fastai once; later jobs of a sweep start in a blink.
@@ -205,6 +230,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
     watchdog = threading.Timer(cfg["timeout"]["run_s"], stop_run)
     watchdog.daemon = True
     watchdog.start()
+    agent_log = log_agent_to(run_dir / "logs" / AGENT_LOG)
     try:
         returned = elastic_launch(launch_cfg, rank_main)(cfg, asdict(plan), str(run_dir))
         events.record("ranks_returned", ranks=sorted(returned))
@@ -229,6 +255,20 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         return "harness_error"
     finally:
         watchdog.cancel()
+        agent_log.close()
+
+
+def header(cfg: dict, plan, run_dir: Path, one_node_of_many: bool) -> str:
+    """What is run, where, and what the scenario injects, in words."""
+    if cfg["nnodes"] > 1 and cfg["launch"]["all_nodes_here"]:
+        where = f"\nnodes: {cfg['nnodes']} on this host, an elastic agent each, rendezvous on loopback"
+    elif one_node_of_many:
+        where = f"\nnode {cfg['node_rank']} of {cfg['nnodes']}, rendezvous {cfg['rdzv']['endpoint']} id {cfg['rdzv']['id']}"
+    else:
+        where = ""
+    return (f"run dir: {run_dir}\ndevice: {plan.device}+{plan.backend} ({plan.reason})\n"
+            f"scenario={cfg['scenario']} callback={cfg['callback']['name']} world_size={cfg['world_size']} "
+            f"epochs={cfg['epochs']}\nfault: {describe_faults(cfg)}{where}")
 
 
 def run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: bool = True) -> dict:
@@ -244,16 +284,13 @@ def run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: b
 def _run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: bool) -> dict:
     nodes_here = cfg["nnodes"] > 1 and cfg["launch"]["all_nodes_here"]
     one_node_of_many = nodes.one_of_many(cfg)
-    print(f"run dir: {run_dir}\ndevice: {plan.device}+{plan.backend} ({plan.reason})\n"
-          f"scenario={cfg['scenario']} callback={cfg['callback']['name']} world_size={cfg['world_size']} "
-          f"epochs={cfg['epochs']} skew: rank {cfg['skew']['rank']} sleeps {cfg['skew']['seconds']} s before the "
-          "last save" + (f"\nnode {cfg['node_rank']} of {cfg['nnodes']}, rendezvous {cfg['rdzv']['endpoint']} "
-                         f"id {cfg['rdzv']['id']}" if one_node_of_many else ""), flush=True)
+    if not nodes.merged_here():  # the node launchers of launch.all_nodes_here leave the header to theirs
+        print(header(cfg, plan, run_dir, one_node_of_many), flush=True)
     events = EventLog(run_dir, LAUNCHER, name=f"launcher-node{cfg['node_rank']}" if one_node_of_many else None)
     events.record("launch_start", world_size=cfg["world_size"], device=plan.device, backend=plan.backend,
                   node_rank=cfg["node_rank"], nnodes=cfg["nnodes"])
     if nodes_here:
-        dirs = nodes.run_nodes_here(cfg, run_dir, task_overrides)
+        dirs = nodes.run_nodes_here(cfg, run_dir, task_overrides, events)
         events.record("launch_end", status=worst_status(nodes.read_node(d)["status"] for d in dirs))
         events.close()
         summary = nodes.merge(dirs, run_dir, asdict(plan))
@@ -266,8 +303,9 @@ def _run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: 
         ranks = sorted({e["rank"] for e in read_events(run_dir) if isinstance(e["rank"], int)})
         nodes.write_node_summary(run_dir, cfg, status, {"ranks_here": ranks, "plan": asdict(plan),
                                                         "environment": environment()})
-        print(f"\nnode {cfg['node_rank']} of {cfg['nnodes']}: {status}; ranks {ranks} recorded in {run_dir}",
-              flush=True)
+        if not nodes.merged_here():
+            print(f"\nnode {cfg['node_rank']} of {cfg['nnodes']}: {status}; ranks {ranks} recorded in {run_dir}",
+                  flush=True)
         return nodes.merge_if_all_here(cfg, run_dir, status)
 
     verdict = judge(read_events(run_dir), cfg["world_size"]).as_dict()
@@ -341,6 +379,8 @@ def main(dict_cfg) -> str:
         _started.clear()
 
     if summary["status"] == "interrupted":
+        if in_sweep:  # the sweep ends here; its progress line never comes
+            print(f"\n[sweep] {summary['explanation']}; this job's records: {records}", file=sys.stderr, flush=True)
         sys.exit(EXIT_INTERRUPTED)
     if summary["verdict"] == "error":  # the harness failed, or a rank did outside the experiment
         if not in_sweep:

@@ -1,13 +1,15 @@
 """The scenario x fix matrix of a sweep: matrix.csv, matrix.md and matrix.png.
 
 Rows are scenarios (what goes wrong), columns are fixes (callback variants). Each cell holds
-what every rank of every run of that pair ended up with: the runs, the share that raced, the
-dominant verdict and the dominant rank outcome. Built from report.py's rows (one per run).
+what every rank of every run of that pair ended up with: the runs, how many raced out of those
+that gave a verdict (with a 95% Wilson interval), the runs that did not count, the dominant
+verdict and the dominant rank outcome. Built from report.py's rows (one per run).
 """
 import csv
 from collections import Counter
 from pathlib import Path
 
+from train import rates
 from train.outcomes import OUTCOMES
 from train.summary import save_png_atomic
 
@@ -16,29 +18,53 @@ SCENARIO_ORDER = ["seed", "stale", "torn", "skip_if_missing", "disagree", "save_
 FIX_ORDER = ["unsynced", "barrier", "poll", "atomic", "agreed", "broadcast", "dcp", "save_on_each_node"]
 COLOURS = {"clean": "#a1d99b", "save_failed": "#9ecae1", "race": "#fc9272", "error": "#bdbdbd",
            "interrupted": "#bdbdbd", "n/a": "#f0f0f0", "crashed": "#bdbdbd"}
-FIELDS = ["scenario", "fix", "runs", "race_rate", "verdict", "outcome", "replicas_diverged", "note"]
+TITLE = "What every rank ended up with: scenario (what goes wrong) x fix"
+EXPLAINED = ("Each cell: the dominant verdict, as how many of the runs that gave a verdict had it and its 95% "
+             "Wilson interval (`race 5/5 (57–100%)`: 5 of 5 runs raced; the true rate is 57–100% with 95% "
+             "confidence); the race count too when another verdict dominates; then the outcome most ranks had "
+             "when not `loaded`. Runs that were interrupted, whose harness failed or that crashed are not counted: "
+             "they are listed apart. n/a: the fix does not apply to that scenario (see the scenario's file).")
+FIELDS = ["scenario", "fix", "runs", "counted", "races", "race_rate", "ci_low", "ci_high", "not_counted",
+          "not_counted_verdicts", "verdict", "verdict_runs", "outcome", "replicas_diverged", "note"]
+# which verdict a cell shows when two are equally common
+WORSE_FIRST = ["race", "save_failed", "clean", "error", "crashed", "interrupted"]
+
+
+def _rank(name, preferred):
+    return preferred.index(name) if name in preferred else len(preferred)
 
 
 def _order(names, preferred):
-    return sorted(names, key=lambda n: (preferred.index(n) if n in preferred else len(preferred), n))
+    return sorted(names, key=lambda n: (_rank(n, preferred), n))
 
 
 def cell(rows: list) -> dict:
-    """What one (scenario, fix) pair gave over its runs."""
+    """What one (scenario, fix) pair gave over its runs. The race rate and its interval count only the
+    runs with a verdict on the race; the others (rates.NOT_COUNTED) are counted apart. The verdict, the
+    outcomes and the diverged replicas come from the counted runs, or from the others when none counted."""
     ran = [r for r in rows if r["verdict"] != "n/a"]
     if not ran:
-        return {"runs": 0, "race_rate": "", "verdict": "n/a", "outcome": "", "replicas_diverged": "",
-                "note": rows[0]["note"]}
-    verdicts = Counter(r["verdict"] for r in ran)
+        return {"runs": 0, "counted": 0, "races": 0, "race_rate": "", "ci_low": "", "ci_high": "",
+                "not_counted": 0, "not_counted_verdicts": "", "verdict": "n/a", "verdict_runs": 0, "outcome": "",
+                "replicas_diverged": "", "note": rows[0]["note"]}
+    counted = [r for r in ran if r["verdict"] not in rates.NOT_COUNTED]
+    apart = [r for r in ran if r["verdict"] in rates.NOT_COUNTED]
+    basis = counted or apart
+    verdicts = Counter(r["verdict"] for r in basis)
+    verdict = min(verdicts, key=lambda v: (-verdicts[v], _rank(v, WORSE_FIRST)))  # a tie: the worse
     outcomes = Counter()
-    for r in ran:
+    for r in basis:
         outcomes.update({o: int(r[f"n_{o}"]) for o in OUTCOMES if int(r[f"n_{o}"] or 0)})
     not_loaded = Counter({o: n for o, n in outcomes.items() if o != "loaded"}) or outcomes
     # the two commonest outcomes, the worse first on a tie (OUTCOMES runs from good to bad)
     top = sorted(not_loaded, key=lambda o: (-not_loaded[o], -OUTCOMES.index(o)))[:2]
-    return {"runs": len(ran), "race_rate": round(verdicts["race"] / len(ran), 3),
-            "verdict": verdicts.most_common(1)[0][0], "outcome": ", ".join(top),
-            "replicas_diverged": sum(r["replicas"] == "diverged" for r in ran), "note": ""}
+    races = sum(r["verdict"] == "race" for r in counted)
+    low, high = (round(x, 3) for x in rates.interval(races, len(counted))) if counted else ("", "")
+    return {"runs": len(ran), "counted": len(counted), "races": races,
+            "race_rate": round(races / len(counted), 3) if counted else "", "ci_low": low, "ci_high": high,
+            "not_counted": len(apart), "not_counted_verdicts": rates.counts(r["verdict"] for r in apart),
+            "verdict": verdict, "verdict_runs": verdicts[verdict], "outcome": ", ".join(top),
+            "replicas_diverged": sum(r["replicas"] == "diverged" for r in basis), "note": ""}
 
 
 def build(rows: list) -> list:
@@ -54,11 +80,23 @@ def build(rows: list) -> list:
 
 
 def label(c: dict) -> str:
+    """The cell's text, a line per fact: `race 5/5 (57–100%)` (the dominant verdict's count over the
+    counted runs, with its 95% interval), the race count when another verdict dominates, the
+    commonest outcomes when not `loaded`, whether the replicas diverged, and the runs not counted."""
     if c["verdict"] == "n/a":
         return "n/a"
-    text = f"{c['verdict']}" + (f" {c['race_rate']:.0%}" if c["verdict"] == "race" or c["race_rate"] else "")
-    text += f"\n{c['outcome']}" if c["outcome"] and c["outcome"] != "loaded" else ""
-    return text + ("\nreplicas diverged" if c["replicas_diverged"] * 2 > c["runs"] else "")
+    if not c["counted"]:
+        return "\n".join(filter(None, ["no verdict", c["not_counted_verdicts"], c["outcome"]]))
+    lines = [rates.label(c["verdict"], c["verdict_runs"], c["counted"])]
+    if c["verdict"] != "race" and c["races"]:
+        lines.append(rates.label("race", c["races"], c["counted"]))
+    if c["outcome"] and c["outcome"] != "loaded":
+        lines.append(c["outcome"])
+    if c["replicas_diverged"] * 2 > c["counted"]:
+        lines.append("replicas diverged")
+    if c["not_counted"]:
+        lines.append(f"not counted: {c['not_counted_verdicts']}")
+    return "\n".join(lines)
 
 
 def md_label(c: dict) -> str:
@@ -78,14 +116,17 @@ def markdown(cells: list, references: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(cells: list, path: Path):
-    from matplotlib.figure import Figure  # no pyplot: no global state
+def matrix_figure(cells: list):
+    """The matrix as a Figure: a coloured cell per (scenario, fix) with its label, the title
+    wrapped to the figure's width and the legend below, in as many columns as fit."""
     from matplotlib.patches import Patch, Rectangle
+
+    from train import figures
 
     fixes = _order({c["fix"] for c in cells}, FIX_ORDER)
     scenarios = _order({c["scenario"] for c in cells}, SCENARIO_ORDER)
     by = {(c["scenario"], c["fix"]): c for c in cells}
-    fig = Figure(figsize=(1.5 + 1.45 * len(fixes), 1.2 + 0.7 * len(scenarios)))
+    fig = figures.figure(1.5 + 1.75 * len(fixes), 1)  # its height is set below, once the title is wrapped
     ax = fig.subplots()
     for y, s in enumerate(scenarios):
         for x, f in enumerate(fixes):
@@ -104,11 +145,14 @@ def plot(cells: list, path: Path):
     for side in ax.spines.values():
         side.set_visible(False)
     present = [v for v in COLOURS if v in {c["verdict"] for c in cells}]
-    fig.legend(handles=[Patch(color=COLOURS[v], label=v) for v in present], loc="lower center",
-               ncol=len(present), fontsize=8, frameon=False)
-    fig.suptitle("What every rank ended up with: scenario (what goes wrong) x fix", fontsize=10, y=0.995)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
-    save_png_atomic(fig, path)
+    key = figures.legend(fig, [Patch(color=COLOURS[v], label=v) for v in present], fontsize=8)
+    title = fig.suptitle(figures.wrap(fig, TITLE, fontsize=10), fontsize=10)
+    figures.grow_to_fit(fig, 0.5 + 0.85 * len(scenarios), title, key)  # the cells and the fix names, then title and legend
+    return fig
+
+
+def plot(cells: list, path: Path):
+    save_png_atomic(matrix_figure(cells), path)
 
 
 def scenario_references(configs: Path) -> dict:
@@ -124,15 +168,18 @@ def scenario_references(configs: Path) -> dict:
 
 
 def write_matrix(root: Path, rows: list, configs: Path) -> str:
+    """matrix.csv, matrix.md, matrix.png and matrix.html (train/matrix_html.py) into root; returns the table."""
+    from train.matrix_html import write_html
+
     cells = build(rows)
     with open(root / "matrix.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(cells)
-    table = markdown(cells, scenario_references(configs))
+    references = scenario_references(configs)
+    table = markdown(cells, references)
     (root / "matrix.md").write_text(
-        f"# Scenario x fix: {root.name}\n\n{table}\n\nEach cell: the dominant verdict over its runs (with the share "
-        "of runs that raced), then the outcome most ranks had when not `loaded`. n/a: the fix does not apply to "
-        "that scenario (see the scenario's file).\n\n![matrix](matrix.png)\n")
+        f"# Scenario x fix: {root.name}\n\n{table}\n\n{EXPLAINED}\n\n![matrix](matrix.png)\n", encoding="utf-8")
     plot(cells, root / "matrix.png")
+    write_html(root, cells, rows, references)
     return table

@@ -51,7 +51,7 @@ def merge_if_all_here(cfg: dict, records: Path, status: str) -> dict:
     """Node 0 merges when every node's records land in the same run dir (a shared filesystem, as under
     Slurm) within timeout.collective_s; else it says how to merge. Returns what main needs."""
     run_dir = records.parent.parent
-    if cfg["node_rank"] != 0 or os.environ.get(MERGED_INTO):
+    if cfg["node_rank"] != 0 or merged_here():
         return {"status": status, "verdict": None}
     dirs = [node_dir(run_dir, k) for k in range(cfg["nnodes"])]
     deadline = time.monotonic() + cfg["timeout"]["collective_s"]
@@ -124,12 +124,17 @@ def free_port() -> int:
 
 
 MERGED_INTO = "RACE_LAB_MERGED_INTO"  # set for the node launchers of launch.all_nodes_here
+
+
+def merged_here() -> bool:
+    """This launcher is one node of launch.all_nodes_here: the launcher that started it speaks for the run."""
+    return bool(os.environ.get(MERGED_INTO))
 NODE_KEYS = ("node_rank=", "rdzv.", "launch.all_nodes_here=")  # set here for each node, whatever was given
 
 
-def run_nodes_here(cfg: dict, run_dir: Path, task_overrides: list) -> list:
+def run_nodes_here(cfg: dict, run_dir: Path, task_overrides: list, events) -> list:
     """Start one launcher per node on this host, on loopback, each recording into run_dir/nodes/node<K>, and wait.
-    Returns their run dirs. SIGINT or SIGTERM here reaches every node's launcher."""
+    Returns their run dirs. SIGINT or SIGTERM here is recorded in events and reaches every node's launcher."""
     port = free_port()
     given = [o for o in task_overrides if not o.lstrip("+~").startswith(NODE_KEYS)]
     dirs = [node_dir(run_dir, k) for k in range(cfg["nnodes"])]
@@ -140,7 +145,11 @@ def run_nodes_here(cfg: dict, run_dir: Path, task_overrides: list) -> list:
                                "hydra.output_subdir=null"], env=env)
              for k in range(cfg["nnodes"])]
 
+    signalled = []
+
     def forward(signum, frame):
+        if not signalled:  # the first signal is what stopped the run
+            signalled.append(events.record("signal", name=signal.Signals(signum).name))
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -165,5 +174,7 @@ def run_nodes_here(cfg: dict, run_dir: Path, task_overrides: list) -> list:
 
 
 def print_merged(summary: dict, out: Path):
-    print("\n" + format_table(summary) + f"\n\n{summary['explanation']}\nsummary: {out / 'summary.json'}",
+    nodes = "".join(f"\nnode {n['node_rank']} of {len(summary['nodes'])}: {n['status']}; records in {n['run_dir']}"
+                    for n in sorted(summary.get("nodes", []), key=lambda n: n["node_rank"]))
+    print(nodes + "\n\n" + format_table(summary) + f"\n\n{summary['explanation']}\nsummary: {out / 'summary.json'}",
           flush=True)

@@ -1,10 +1,10 @@
 """What each rank saw, and the run's verdict: pure functions over event records.
 
-Rank events (events/rank<N>.jsonl): rank_start, fit_start, skew_start{at}, skew_end,
+Rank events (events/rank<N>.jsonl): rank_start{node}, fit_start{checkpoint, node_local}, skew_start{at}, skew_end,
 read_delay_start, read_delay_end, rank_misdetected, save_start, save_end{digest, bytes},
 save_error{error_type, message}, train_end, sync_enter{how}, sync_exit{how},
 sync_error{how, error_type, message, timed_out}, skip{reason}, load_attempt{bytes},
-load_done{digest}, load_error{error_type, message}, final{digest}, crash, rank_end.
+load_done{digest}, load_error{error_type, message}, final{digest}, crash, interrupted{signal}, rank_end.
 Launcher events (events/launcher.jsonl): launch_start, rank_failed{failed_rank, exitcode,
 message, log}, signal{name}, launch_error{error_type, message},
 launch_end{status: ok | failed | interrupted | timeout | harness_error}.
@@ -244,7 +244,7 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
     save_error = _last(events, "save_error")
 
     if verdict == "interrupted":
-        sig = _last(events, "signal")
+        sig = next((e for e in events if e["event"] == "signal"), None)  # the first: what stopped the run
         return f"interrupted: the run was stopped{' by ' + sig['name'] if sig else ''} before it ended; no verdict"
     if verdict == "error":
         launch_error = _last(events, "launch_error")
@@ -277,6 +277,8 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
         when = f" {_span(leads)} before {saver} finished saving" if leads and name != "unsafe" else \
             (" and no save finished" if not written and name == "missing" else "")
         why = f" ({group[0].detail.split(':')[0]})" if name in ("missing", "corrupt") and group[0].detail else ""
+        if name == "missing" and written and not leads:
+            why += _not_on_this_node(events, group, written[-1])
         parts.append(f"{_ranks(o.rank for o in group)} {what}{when}{why}")
     if by.get("skipped"):
         parts.append(f"{_ranks(o.rank for o in by['skipped'])} skipped the load ({by['skipped'][0].detail})")
@@ -299,7 +301,60 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
     after = [o.timings["load_after_save_end"] for o in others if "load_after_save_end" in o.timings]
     tail = f"; {_ranks(o.rank for o in others)} started loading {_span(after)} after the save ended" \
         if others and after and min(after) >= 0 else ""
-    return f"clean: every rank loaded the last checkpoint {saver} wrote{tail}"
+    traps = _traps(events, written)
+    avoided = f". The trap it avoided: {'; '.join(traps)}" if traps else ""
+    return f"clean: every rank loaded the last checkpoint {saver} wrote{tail}{avoided}"
+
+
+def _node(events, rank):
+    start = next((e for e in events if e["rank"] == rank and e["event"] == "rank_start"), None)
+    return start.get("node", 0) if start else 0
+
+
+def _not_on_this_node(events, group, last_save) -> str:
+    """Why ranks that read after the save ended found no file: the file is on another node's own disk."""
+    saved_on = _node(events, last_save["rank"])
+    elsewhere = sorted({_node(events, o.rank) for o in group} - {saved_on})
+    local = any(e["event"] == "fit_start" and e.get("node_local") for e in events)
+    if not (elsewhere and local):
+        return ""
+    nodes = ", ".join(f"node {n}" for n in elsewhere)
+    return f": the file is on node {saved_on}'s own disk; {nodes}'s disk has none"
+
+
+def _traps(events, written) -> list:
+    """What in this run would have made a rank read the wrong thing, from the faults' own events."""
+    traps = []
+    for e in events:
+        if e["event"] == "skew_start" and e.get("at") == "mid_write":
+            traps.append(f"rank {e['rank']} stalled {_secs(e['seconds'])} s halfway through writing the checkpoint, "
+                         "so it existed half-written")
+        elif e["event"] == "skew_start":
+            traps.append(f"rank {e['rank']} was {_secs(e['seconds'])} s late at its last save")
+    older = [w for w in written if w.get("epoch", 0) < written[-1].get("epoch", 0)]
+    if older:
+        traps.append(f"an older checkpoint (epoch {older[-1]['epoch']}) was there to read before the last one")
+    if any(e["event"] == "rank_misdetected" for e in events):
+        traps.append("every process believed it was rank 0 at the last save")
+    nodes = {_node(events, r) for r in {e["rank"] for e in events if e["event"] == "rank_start"}}
+    if len(nodes) > 1 and any(e["event"] == "fit_start" and e.get("node_local") for e in events):
+        traps.append("each node has its own disk, so a file written on one is not on the others")
+    waits = [e for e in events if e["event"] == "sync_exit"]
+    if traps and waits:
+        longest = max(waits, key=lambda e: _wait_of(events, e))
+        how = SYNC_WAITS.get(longest["how"], f"in its {longest['how']}")
+        traps.append(f"rank {longest['rank']} waited {_secs(_wait_of(events, longest))} s {how}")
+    return traps
+
+
+SYNC_WAITS = {"barrier": "at the barrier", "file": "for the file", "agree": "for rank 0's decision",
+              "broadcast": "for rank 0's broadcast of the weights"}
+
+
+def _wait_of(events, sync_exit) -> float:
+    entered = [e["t"] for e in events if e["rank"] == sync_exit["rank"] and e["event"] == "sync_enter"
+               and e["t"] <= sync_exit["t"]]
+    return sync_exit["t"] - max(entered) if entered else 0.0
 
 
 def decide(outcomes: list, events: list, status) -> str:

@@ -10,11 +10,11 @@ import csv
 import json
 import statistics
 import sys
-import textwrap
 from pathlib import Path
 
 import yaml
 
+from train import rates
 from train.events import read_events
 from train.matrix import write_matrix
 from train.outcomes import OUTCOMES, saves
@@ -82,7 +82,8 @@ def run_row(root: Path, run: Path, events: list) -> dict:
 
 
 def aggregate(rows) -> list:
-    """Per (scenario, variant, world size, skew): runs, race rate, outcome counts, median waits."""
+    """Per (scenario, variant, world size, skew): runs, races out of the runs that gave a verdict with
+    its 95% interval, the runs not counted (rates.NOT_COUNTED), outcome counts and median waits."""
     groups = {}
     for row in rows:
         if row["verdict"] != "n/a":
@@ -90,57 +91,77 @@ def aggregate(rows) -> list:
                               []).append(row)
     out = []
     for (scenario, variant, ws, skew), group in sorted(groups.items()):
-        done = [r for r in group if r["verdict"] != "crashed"]
-        counts = {o: sum(r[f"n_{o}"] for r in done) for o in OUTCOMES}
+        counted = [r for r in group if r["verdict"] not in rates.NOT_COUNTED]
+        races = sum(r["verdict"] == "race" for r in counted)
+        low, high = rates.interval(races, len(counted)) if counted else (None, None)
+        counts = {o: sum(r[f"n_{o}"] for r in counted) for o in OUTCOMES}
         out.append({
             "scenario": scenario, "variant": variant, "world_size": ws, "skew_s": skew, "runs": len(group),
-            "crashed": len(group) - len(done),
-            "race_rate": sum(r["verdict"] == "race" for r in done) / len(done) if done else None,
+            "counted": len(counted), "races": races,
+            "race_rate": races / len(counted) if counted else None, "ci_low": low, "ci_high": high,
+            "not_counted": rates.counts(r["verdict"] for r in group if r["verdict"] in rates.NOT_COUNTED),
             "outcomes": ", ".join(f"{o} {n}" for o, n in counts.items() if n),
-            "wait_s": _median([r["nonsaver_wait_s"] for r in done if r["nonsaver_wait_s"] != ""]),
-            "read_s": _median([r["nonsaver_read_vs_save_end_s"] for r in done
+            "wait_s": _median([r["nonsaver_wait_s"] for r in counted if r["nonsaver_wait_s"] != ""]),
+            "read_s": _median([r["nonsaver_read_vs_save_end_s"] for r in counted
                                if r["nonsaver_read_vs_save_end_s"] != ""]),
         })
     return out
 
 
 def markdown(groups) -> str:
-    lines = ["| scenario | variant | world size | skew (s) | runs | race rate | outcomes (all ranks) | "
-             "median sync wait (s) | median read vs save end (s) |",
-             "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+    lines = ["| scenario | variant | world size | skew (s) | runs | race rate (95% CI) | not counted | "
+             "outcomes (counted runs, all ranks) | median sync wait (s) | median read vs save end (s) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |"]
     for g in groups:
-        rate = "-" if g["race_rate"] is None else f"{g['race_rate']:.0%}"
-        runs = f"{g['runs']}" + (f" ({g['crashed']} crashed)" if g["crashed"] else "")
-        lines.append(f"| {g['scenario']} | {g['variant']} | {g['world_size']} | {g['skew_s']:g} | {runs} | {rate} | "
-                     f"{g['outcomes'] or '-'} | {g['wait_s'] if g['wait_s'] != '' else '-'} | "
-                     f"{g['read_s'] if g['read_s'] != '' else '-'} |")
+        rate = "-" if not g["counted"] else rates.share(g["races"], g["counted"])
+        lines.append(f"| {g['scenario']} | {g['variant']} | {g['world_size']} | {g['skew_s']:g} | {g['runs']} | "
+                     f"{rate} | {g['not_counted'] or '-'} | {g['outcomes'] or '-'} | "
+                     f"{g['wait_s'] if g['wait_s'] != '' else '-'} | {g['read_s'] if g['read_s'] != '' else '-'} |")
     return "\n".join(lines)
 
 
-def plot_race_vs_skew(groups, path: Path) -> bool:
-    """Race rate against skew, a line per (scenario, variant, world size) swept over skews; False: none was."""
+def race_vs_skew_figure(groups):
+    """Race rate against skew, a line per (scenario, variant, world size) swept over skews, each point
+    with its 95% interval as an error bar and its count beside it; None when no line has two skews."""
     lines = {}
     for g in groups:
-        if g["race_rate"] is not None:
-            lines.setdefault((g["scenario"], g["variant"], g["world_size"]), []).append((g["skew_s"], g["race_rate"]))
+        if g["counted"]:
+            lines.setdefault((g["scenario"], g["variant"], g["world_size"]), []).append(g)
     lines = {k: v for k, v in lines.items() if len(v) > 1}
     if not lines:
-        path.unlink(missing_ok=True)
-        return False
+        return None
     from matplotlib.figure import Figure  # no pyplot: no global state, so a thread may draw
     from matplotlib.ticker import PercentFormatter
 
     fig = Figure(figsize=(7, 4.2))
     ax = fig.subplots()
-    for (scenario, variant, ws), points in sorted(lines.items()):
-        xs, ys = zip(*sorted(points))
-        ax.plot(xs, ys, marker="o", label=f"{scenario}, {variant} (world size {ws})")
-    ax.set(xlabel="skew: the saving rank's delay before the last save (s)", ylabel="race rate",
-           ylim=(-0.05, 1.05), title="How often ranks failed to load the last checkpoint")
+    skews = [g["skew_s"] for points in lines.values() for g in points]
+    nudge = 0.012 * (max(skews) - min(skews))  # lines side by side at each skew, so their bars do not overlap
+    for i, ((scenario, variant, ws), points) in enumerate(sorted(lines.items())):
+        points = sorted(points, key=lambda g: g["skew_s"])
+        xs = [g["skew_s"] + (i - (len(lines) - 1) / 2) * nudge for g in points]
+        ys = [g["race_rate"] for g in points]
+        bars = [[g["race_rate"] - g["ci_low"] for g in points], [g["ci_high"] - g["race_rate"] for g in points]]
+        drawn = ax.errorbar(xs, ys, yerr=bars, marker="o", capsize=3, label=f"{scenario}, {variant} (world size {ws})")
+        for x, g in zip(xs, points):
+            ax.annotate(f"{g['races']}/{g['counted']}", (x, g["race_rate"]), textcoords="offset points",
+                        xytext=(5, 4), fontsize=7, color=drawn.lines[0].get_color())
+    ax.set(xlabel="skew: the saving rank's delay before the last save (s)",
+           ylabel="race rate (bars: 95% Wilson interval)", ylim=(-0.05, 1.05),
+           title="How often ranks failed to load the last checkpoint (races/runs)")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def plot_race_vs_skew(groups, path: Path) -> bool:
+    """race_vs_skew.png (see race_vs_skew_figure); False: no line was swept over skews."""
+    fig = race_vs_skew_figure(groups)
+    if fig is None:
+        path.unlink(missing_ok=True)
+        return False
     save_png_atomic(fig, path)
     return True
 
@@ -157,17 +178,22 @@ PHASES = [  # (label, start event, end events, colour), drawn in this order
 FAILURES = ("load_error", "sync_error", "save_error", "crash")
 
 
-def plot_timeline(run: Path, events: list, path: Path):
-    """One bar per rank: start-up, training, skew, saving, waiting at its sync, loading; failures marked."""
-    from matplotlib.figure import Figure  # no pyplot: no global state, so a thread may draw
+def timeline_figure(run: Path, events: list):
+    """One bar per rank: start-up, training, skew, saving, waiting at its sync, loading; failures
+    marked and each rank's outcome on the right. Time runs from the first rank's start: the
+    launcher's own start-up before it is only given, in the x label. The title holds the run's
+    whole explanation, wrapped, and the figure grows to fit it."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
+    from train import figures
+
     summary = load_summary(run)
-    t0 = next((e["t"] for e in events if e["event"] == "launch_start"), events[0]["t"])
+    launched = next((e["t"] for e in events if e["event"] == "launch_start"), events[0]["t"])
+    t0 = next((e["t"] for e in events if e["event"] == "rank_start"), launched)
     end = max(e["t"] for e in events) - t0
     ranks = sorted({e["rank"] for e in events if isinstance(e["rank"], int)})
-    fig = Figure(figsize=(10, 1.9 + 0.5 * len(ranks)))
+    fig = figures.figure(10, 1)  # its height is set below, once the title is wrapped
     ax = fig.subplots()
     for y, rank in enumerate(ranks):
         mine = [e for e in events if e["rank"] == rank]
@@ -182,25 +208,35 @@ def plot_timeline(run: Path, events: list, path: Path):
         for e in mine:
             if e["event"] in FAILURES:
                 ax.plot(e["t"] - t0, y, marker="X", color="#d62728", markersize=11, zorder=5)
-        outcome = summary["ranks"][rank]["outcome"] if rank < len(summary["ranks"]) else "?"
-        ax.text(end * 1.01, y, outcome, va="center", fontsize=9,
-                color="#2ca02c" if outcome == "loaded" else "#d62728")
     written = saves(events)
     if written:
         ax.axvline(written[-1]["t"] - t0, color="#3182bd", linestyle="--", linewidth=1)
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
     ax.invert_yaxis()
-    ax.set_xlim(0, end * 1.12)
-    ax.set_xlabel("seconds since launch (dashed: the last save ended)")
+    ax.set_xlim(0, end * 1.02)
+    # each rank's outcome, as tick labels on the right so the layout makes room for them
+    outcomes = [summary["ranks"][r]["outcome"] if r < len(summary["ranks"]) else "?" for r in ranks]
+    right = ax.secondary_yaxis("right")
+    right.set_yticks(range(len(ranks)), outcomes)
+    right.tick_params(length=0)
+    for text, outcome in zip(right.get_yticklabels(), outcomes):
+        text.set_color("#2ca02c" if outcome == "loaded" else "#d62728")
+    since = "launch" if t0 == launched else \
+        f"the first rank started (the launcher took {t0 - launched:.1f} s before it)"
+    ax.set_xlabel(f"seconds since {since}" + ("; dashed: the last save ended" if written else ""))
     cfg = summary["config"]
-    ax.set_title(f"{cfg.get('scenario') or 'seed'} x {cfg['callback']['name']}, skew {cfg['skew']['seconds']:g} s "
-                 f"on rank {cfg['skew']['rank']}: "
-                 f"{summary['verdict']}\n" + textwrap.shorten(summary["explanation"], 110), fontsize=9)
+    head = (f"{cfg.get('scenario') or 'seed'} x {cfg['callback']['name']}, skew {cfg['skew']['seconds']:g} s "
+            f"on rank {cfg['skew']['rank']}: {summary['verdict']}")
+    title = fig.suptitle(figures.wrap(fig, f"{head}\n{summary['explanation']}", fontsize=9), fontsize=9)
     handles = [Patch(color=c, label=label) for label, _, _, c in PHASES]
     handles.append(Line2D([], [], marker="X", color="#d62728", linestyle="none", label="failure"))
-    fig.legend(handles=handles, fontsize=8, ncol=len(handles), loc="lower center", frameon=False)
-    fig.tight_layout(rect=(0, 0.1 if len(ranks) > 2 else 0.14, 1, 1))
-    save_png_atomic(fig, path)
+    key = figures.legend(fig, handles, fontsize=8)
+    figures.grow_to_fit(fig, 0.9 + 0.5 * len(ranks), title, key)  # the bars and the x axis, then title and legend
+    return fig
+
+
+def plot_timeline(run: Path, events: list, path: Path):
+    save_png_atomic(timeline_figure(run, events), path)
 
 
 def draw_timeline(run: Path, events: list = None) -> bool:
@@ -229,19 +265,22 @@ def write_report(root, drawn=frozenset()) -> str:
     groups = aggregate(rows)
     table = markdown(groups)
     (root / "report.md").write_text(f"# Report: {root.name}\n\n{len(rows)} runs.\n\n{table}\n\n"
-                                    "race rate: the share of runs where some rank did not load the last "
-                                    "checkpoint. Read vs save end: when the non-saving ranks started reading, "
-                                    "relative to the end of the last save (negative: too early).\n")
+                                    "race rate: how many runs had some rank not load the last checkpoint, "
+                                    "out of the runs that gave a verdict, with its 95% Wilson interval "
+                                    "(`5/5 (57–100%)`). Not counted: runs that were interrupted, whose harness "
+                                    "failed or that crashed; they say nothing about the race. Read vs save end: "
+                                    "when the non-saving ranks started reading, relative to the end of the last "
+                                    "save (negative: too early).\n", encoding="utf-8")
     if plot_race_vs_skew(groups, root / "race_vs_skew.png"):
-        (root / "report.md").write_text((root / "report.md").read_text() +
-                                        "\n![race rate against skew](race_vs_skew.png)\n")
+        (root / "report.md").write_text((root / "report.md").read_text(encoding="utf-8") +
+                                        "\n![race rate against skew](race_vs_skew.png)\n", encoding="utf-8")
     drawn = {Path(run).resolve() for run in drawn}
     for run in runs:
         if run.resolve() not in drawn:
             draw_timeline(run, events[run])
     out = f"{table}\n\nreport: {root / 'report.md'}"
     if len({(r["scenario"], r["variant"]) for r in rows}) > 1:
-        out += f"\n\n{write_matrix(root, rows, CONFIGS)}\n\nmatrix: {root / 'matrix.md'}, {root / 'matrix.png'}"
+        out += f"\n\n{write_matrix(root, rows, CONFIGS)}\n\nmatrix: {root / 'matrix.md'}, {root / 'matrix.png'}, {root / 'matrix.html'}"
     return out
 
 

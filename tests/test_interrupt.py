@@ -1,0 +1,114 @@
+"""An interrupt stops everything at once: a terminal's Ctrl-C (SIGINT to the whole process group) or a
+SIGINT to the launcher alone, sent while ranks train, stall or wait in a barrier. Exit 130 within 2 s,
+verdict `interrupted`, every rank's records kept (with the signal it took), no save or load after the
+signal, and no process left: for a single run, a sweep's job and the one-host nodes form."""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, processes_tagged, tagged_env
+
+STOP_WITHIN_S = 2.0  # the bound an interrupt must hold (a measured stop takes 0.2-0.6 s on 2 busy cores)
+
+
+def events_below(root: Path) -> list:
+    """Every event of every rank and launcher under root (a run, a sweep, a nodes run's node dirs)."""
+    found = []
+    for path in glob.glob(f"{root}/**/events/*.jsonl", recursive=True):
+        for line in Path(path).read_text().splitlines():
+            if line.endswith("}"):
+                found.append({**json.loads(line), "file": path})
+    return found
+
+
+def interrupt(root: Path, args: list, *, after: float, whole_group: bool = True, when=None):
+    """Start python -m train with args in its own process group; once rank 0 has started fitting (or
+    `when(events)` holds), wait `after` s, send SIGINT to the group (Ctrl-C) or to the launcher alone.
+    Returns (exit code, seconds from the signal to the exit, the time it was sent, the console output)."""
+    proc = subprocess.Popen([sys.executable, "-m", "train", *args], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=tagged_env(str(root)))
+    when = when or (lambda events: [e for e in events if e["rank"] == 0 and e["event"] == "fit_start"])
+    try:
+        deadline = time.time() + 240
+        while not when(events_below(root)):
+            assert proc.poll() is None and time.time() < deadline, "the run never got to the point of interrupt"
+            time.sleep(0.05)
+        time.sleep(after)
+        sent = time.time()
+        if whole_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        return proc.returncode, time.time() - sent, sent, out
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def assert_stopped_at_once(root: Path, rc, took, sent, out, ranks=2):
+    assert rc == 130, out[-3000:]
+    assert took < STOP_WITHIN_S, f"the run took {took:.1f} s to stop"
+    events = events_below(root)
+    after = [(e["rank"], e["event"]) for e in events if e["t"] > sent and e["event"] in
+             ("save_start", "save_end", "load_attempt", "load_done", "train_end", "final")]
+    assert after == [], f"ranks went on after the signal: {after}"
+    took_it = {e["rank"] for e in events if e["event"] == "interrupted"}
+    assert took_it == set(range(ranks))  # every rank recorded the signal it stopped on
+    assert not processes_tagged(str(root))
+    assert "Traceback" not in out
+
+
+def test_ctrl_c_stops_a_run_within_2_s_and_nothing_saves_or_loads_after_it(tmp_path):
+    run_dir = tmp_path / "run"
+    rc, took, sent, out = interrupt(run_dir, [f"hydra.run.dir={run_dir}", "world_size=2", "skew.seconds=3"], after=1)
+    assert_stopped_at_once(run_dir, rc, took, sent, out)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["status"], summary["verdict"]) == ("interrupted", "interrupted")
+    assert summary["explanation"] == "interrupted: the run was stopped by SIGINT before it ended; no verdict"
+
+
+def test_sigint_to_the_launcher_alone_stops_ranks_in_a_stall_and_a_barrier(tmp_path):
+    """The agent passes the SIGINT on; rank 1 is inside gloo's barrier, which a Python handler would not
+    interrupt before timeout.collective_s (torch elastic then killed it after 30 s)."""
+    run_dir = tmp_path / "run"
+
+    def stalled_and_waiting(events):
+        return {(e["rank"], e["event"]) for e in events} >= {(0, "skew_start"), (1, "sync_enter")}
+    rc, took, sent, out = interrupt(run_dir, [f"hydra.run.dir={run_dir}", "world_size=2", "callback=barrier",
+                                              "skew.seconds=120"], after=0.5, whole_group=False,
+                                    when=stalled_and_waiting)
+    assert_stopped_at_once(run_dir, rc, took, sent, out)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["verdict"] == "interrupted"
+    assert {r["outcome"] for r in summary["ranks"]} == {"aborted"}
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_sweep_job_within_2_s(tmp_path):
+    sweep = tmp_path / "sweep"
+    rc, took, sent, out = interrupt(sweep, ["-m", f"hydra.sweep.dir={sweep}", "world_size=2", "skew.seconds=3",
+                                            "callback=unsynced,barrier"], after=1)
+    assert_stopped_at_once(sweep, rc, took, sent, out)
+    summaries = sorted(sweep.glob("*/summary.json"))
+    assert len(summaries) == 1  # the sweep stopped with its first job
+    assert json.loads(summaries[0].read_text())["verdict"] == "interrupted"
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_one_host_nodes_form_within_2_s(tmp_path):
+    run_dir = tmp_path / "run"
+    rc, took, sent, out = interrupt(run_dir, [f"hydra.run.dir={run_dir}", "scenario=no_shared_fs"], after=1)
+    assert_stopped_at_once(run_dir, rc, took, sent, out)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["verdict"] == "interrupted"
+    assert [(n["node_rank"], n["status"]) for n in summary["nodes"]] == [(0, "interrupted"), (1, "interrupted")]
+    assert summary["explanation"] == "interrupted: the run was stopped by SIGINT before it ended; no verdict"

@@ -1,0 +1,152 @@
+"""matrix.html in a real headless browser: Debian's chromium (/usr/bin/chromium) driven by Playwright's
+Python API. Playwright's own browser download needs a CDN, so `playwright install` is never called.
+
+Where /usr/bin/chromium is missing the browser tests skip with the reason, so a laptop without it
+passes; with CI=true they fail instead, since .ci/run installs it.
+"""
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+from PIL import Image
+
+from conftest import multirun
+from train.matrix import build
+from train.matrix_html import page, write_html
+from train.outcomes import OUTCOMES
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run"]
+# what a run may write: quotes, markup, a script's end tag, an ampersand, paths
+NASTY = ("race: rank 1 read </script><img src=x onerror=\"window.pwned=1\"> <b>bold</b> & 'it' "
+         "from /tmp/a b/models/best.pth <!-- -->")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        why = f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but the browser tests cannot run: {why}", pytrace=False)
+        pytest.skip(f"no browser for the matrix.html tests: {why}")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+def open_page(browser, path: Path):
+    """The page at path over file://, and the errors it logs (a missing image is one)."""
+    tab = browser.new_page(viewport={"width": 1100, "height": 900})
+    errors = []
+    tab.on("pageerror", lambda e: errors.append(str(e)))
+    tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    tab.goto(path.as_uri())
+    return tab, errors
+
+
+def target(link) -> Path:
+    """The file a link on a file:// page leads to."""
+    return Path(unquote(urlparse(link.evaluate("a => a.href")).path))
+
+
+def images_loaded(tab) -> list:
+    tab.wait_for_function("() => [...document.querySelectorAll('#runs img')].every(i => i.complete)")
+    return tab.locator("#runs img").evaluate_all("imgs => imgs.map(i => i.naturalWidth)")
+
+
+def test_matrix_html_works_from_a_copy_of_the_sweep(tmp_path, browser):
+    sweep = tmp_path / "sweep"
+    proc = multirun(sweep, "world_size=2", "epochs=1", "skew.seconds=0,1", "callback=unsynced,barrier",
+                    "repeat=range(2)")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"{sweep / 'matrix.html'}" in proc.stdout
+    copy = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(sweep, copy)
+    shutil.rmtree(sweep)  # nothing may lead back to where the sweep was written
+    tab, errors = open_page(browser, copy / "matrix.html")
+
+    cells = tab.locator("button.cell")
+    assert cells.count() == 2
+    barrier = tab.locator('button.cell[data-fix="barrier"]')
+    assert barrier.inner_text().split("\n") == ["clean 4/4 (51–100%)"]
+    assert re.fullmatch(r"(race|clean) [1-4]/4 \(\d+–\d+%\)(\n.*)*",
+                        tab.locator('button.cell[data-fix="unsynced"]').inner_text())
+
+    barrier.click()
+    assert barrier.get_attribute("aria-pressed") == "true"
+    assert tab.locator("#runs h2").inner_text() == "seed x barrier: 4 runs"
+    runs = tab.locator("#runs li.run")
+    assert runs.count() == 4
+    for i in range(4):
+        run = runs.nth(i)
+        job = copy / run.locator(".job").inner_text()
+        summary = json.loads((job / "summary.json").read_text())
+        assert run.locator(".verdict").inner_text() == summary["verdict"] == "clean"
+        assert run.locator(".explanation").inner_text() == summary["explanation"]
+        assert re.fullmatch(r"took \d+\.\d s", run.locator(".duration").inner_text())
+        link = run.locator("a.summary")
+        assert not link.get_attribute("href").startswith(("/", "file:"))  # relative
+        assert target(link) == job / "summary.json" and target(link).is_file()
+        assert target(run.locator("a.logs")) == job / "logs" and (job / "logs").is_dir()
+    widths = images_loaded(tab)  # each run's timeline.png, drawn by the browser
+    assert len(widths) == 4 and all(width > 0 for width in widths), widths
+    assert not errors, errors
+
+
+def made_rows(job: str) -> list:
+    """Report rows by hand: a race in job, and an n/a pair whose reason is NASTY."""
+    base = {"replicas": "diverged", "wall_s": 2.5, "skew_s": 1.0, "repeat": 0, "note": "",
+            **{f"n_{o}": 0 for o in OUTCOMES}}
+    return [{**base, "job": job, "scenario": "seed", "variant": "unsynced", "verdict": "race", "n_loaded": 1,
+             "n_missing": 1},
+            {**base, "job": "n-a", "scenario": "seed", "variant": "dcp", "verdict": "n/a", "replicas": "",
+             "note": NASTY}]
+
+
+def made_sweep(root: Path, job: str, explanation: str) -> list:
+    """A sweep dir by hand: one run dir (summary.json, timeline.png, logs/), and its report rows."""
+    run = root / job
+    (run / "logs").mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"verdict": "race", "explanation": explanation}))
+    Image.new("RGB", (40, 20), "red").save(run / "timeline.png")
+    return made_rows(job)
+
+
+def test_the_page_escapes_what_runs_wrote():
+    rows = made_rows("0-run")
+    runs = [{"scenario": "seed", "fix": "unsynced", "job": "0-run", "verdict": "race", "explanation": NASTY,
+             "wall_s": 2.5, "skew_s": 1.0, "repeat": 0, "summary": None, "logs": None, "timeline": None}]
+    text = page("<b>sweep</b>", build(rows), runs, {"seed": "fastai#2393"})
+    assert text.count("</script>") == 2 and text.count("<script") == 2  # the page's own two
+    assert "<b>" not in text and "<img" not in text and "<!--" not in text
+    assert "&lt;b&gt;sweep&lt;/b&gt;" in text
+
+
+def test_a_cell_lists_text_from_runs_as_text_and_odd_dir_names_as_links(tmp_path, browser):
+    root = tmp_path / "sweep"
+    job = "0-odd name #1?%20"  # a space, a fragment, a query and a percent sign: each must be quoted
+    rows = made_sweep(root, job, NASTY)
+    write_html(root, build(rows), rows, {"seed": "fastai#2393"})
+    tab, errors = open_page(browser, root / "matrix.html")
+
+    assert tab.locator("button.cell").count() == 2
+    tab.locator('button.cell[data-fix="unsynced"]').click()
+    run = tab.locator("#runs li.run")
+    assert run.locator(".explanation").inner_text() == NASTY
+    assert run.locator(".job").inner_text() == job
+    assert tab.evaluate("() => window.pwned") is None
+    assert tab.locator("b").count() == 0 and tab.locator("img:not(.timeline)").count() == 0
+    assert images_loaded(tab) == [40]
+    assert target(run.locator("a.summary")) == root / job / "summary.json"
+
+    tab.locator('button.cell[data-fix="dcp"]').click()  # the n/a cell gives its reason, as text too
+    assert tab.locator("#runs .note").inner_text() == NASTY
+    assert not errors, errors
