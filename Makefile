@@ -10,7 +10,7 @@ EDITABLE := $(VENV)/.editable-$(shell sha256sum pyproject.toml | cut -c1-12)
 NOW    := $(shell date +%Y-%m-%d_%H-%M-%S)
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock run sweep matrix stability report bench test test-fast clean distclean
+.PHONY: help install lock run sweep matrix stability report bench test test-fast mutants clean distclean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F":.*## " "{printf \"  make %-16s %s\\n\", \$$1, \$$2}"
@@ -73,6 +73,27 @@ test: install ## run the whole test suite, as CI does (real multi-rank gloo jobs
 
 test-fast: install ## the quick subset for your own loop: no slow or engine tests (about 3-4 minutes on 2 cores)
 	$(PY) -m pytest -q -m "not slow and not engine" tests
+
+# Mutation testing: setup.cfg's [mutmut] names the modules (those that need no ranks) and their unit tests. The
+# tests must run every line in scope (coverage, fail_under 100); then every surviving mutant must be listed, with
+# the reason it is equivalent, in docs/mutants.md.
+mutant_tests = $(shell $(PY) -c "import configparser as c; p = c.ConfigParser(); p.read('setup.cfg'); \
+	print(p['mutmut']['pytest_add_cli_args_test_selection'])")
+mutants: install ## mutation testing of the pure modules with their unit tests (mutmut, a few minutes); see docs/mutants.md
+	rm -rf mutants
+	$(PY) -m coverage run -m pytest -q -p no:cacheprovider -m "not slow and not engine and not cli" $(mutant_tests)
+	$(PY) -m coverage report
+	$(VENV)/bin/mutmut run
+	@$(VENV)/bin/mutmut results --all true | sed -n 's/^ *\([^ ]*\): \(.*\)$$/\1 \2/p' > mutants/all.txt
+	@awk '{n[$$2]++} END {for (s in n) printf "%s %d  ", s, n[s]; print ""}' mutants/all.txt
+	@awk '$$2 != "killed" && $$2 != "survived" {print}' mutants/all.txt > mutants/other.txt
+	@test ! -s mutants/other.txt || { echo "error: mutants neither killed nor survived:" >&2; cat mutants/other.txt >&2; exit 1; }
+	@awk '$$2 == "survived" {print $$1}' mutants/all.txt | sort > mutants/survived.txt
+	@grep -o '[^ `|]*__mutmut_[0-9]*' docs/mutants.md | sort -u > mutants/listed.txt
+	@unlisted=$$(comm -23 mutants/survived.txt mutants/listed.txt); test -z "$$unlisted" || { echo "error: surviving \
+	mutants not listed as equivalent in docs/mutants.md (kill each with a test, or list it with its reason):" >&2; \
+	echo "$$unlisted" >&2; exit 1; }
+	@echo "mutants: $$(wc -l < mutants/survived.txt) survived, each listed in docs/mutants.md as equivalent"
 
 clean: ## remove runs/ (results) and caches; keeps .venv
 	rm -rf runs .pytest_cache mutants

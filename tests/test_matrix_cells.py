@@ -7,7 +7,8 @@ import pytest
 
 from train.matrix import FIX_ORDER, SCENARIO_ORDER, _order, build, cell, scenario_references
 from train.outcomes import OUTCOMES
-from train.report import CONFIGS, _median, aggregate, find_runs, markdown, run_row
+from train.rates import share
+from train.report import CONFIGS, _median, aggregate, find_runs, run_row
 from train.summary import align, format_table, write_json_atomic
 
 
@@ -22,11 +23,9 @@ def row(verdict="clean", scenario="seed", variant="barrier", replicas="agree", n
 
 def test_a_pair_that_was_not_run_is_na_with_its_reason():
     c = cell([row("n/a", note="n/a: torch.distributed.checkpoint writes its own files", replicas="")])
-    kept = ("runs", "race_rate", "verdict", "outcome", "replicas_diverged", "note")
-    assert {k: c[k] for k in kept} == {"runs": 0, "race_rate": "", "verdict": "n/a", "outcome": "",
-                                       "replicas_diverged": "", "note": "n/a: torch.distributed.checkpoint writes "
-                                                                       "its own files"}
-    assert (c["counted"], c["not_counted"]) == (0, 0)
+    assert c == {"runs": 0, "counted": 0, "races": 0, "race_rate": "", "ci_low": "", "ci_high": "", "not_counted": 0,
+                 "not_counted_verdicts": "", "verdict": "n/a", "verdict_runs": 0, "outcome": "",
+                 "replicas_diverged": "", "note": "n/a: torch.distributed.checkpoint writes its own files"}
 
 
 def test_n_a_rows_beside_runs_do_not_count():
@@ -205,6 +204,11 @@ def test_groups_per_point_count_runs_crashes_races_and_outcomes():
         "skew_s": 1.0}, row("clean") | {"world_size": 3}])
     assert [(g["scenario"], g["world_size"], g["skew_s"]) for g in two_points] == [
         ("a", 2, 3.0), ("b", 2, 3.0), ("seed", 2, 1.0), ("seed", 3, 3.0)]
+
+
+def test_a_share_rounds_its_interval_to_whole_percent():
+    assert share(10, 10) == "10/10 (72–100%)"  # 72.2%: the low end, rounded
+    assert share(3, 7) == "3/7 (16–75%)"
 
 
 def test_the_median_is_rounded_and_empty_without_values():
