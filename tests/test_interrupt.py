@@ -92,6 +92,19 @@ def test_sigint_to_the_launcher_alone_stops_ranks_in_a_stall_and_a_barrier(tmp_p
     assert {r["outcome"] for r in summary["ranks"]} == {"aborted"}
 
 
+def test_ctrl_c_during_the_rendezvous_before_any_rank_runs_is_an_interrupt(tmp_path):
+    """SIGINT that comes before torch elastic's own handlers are in place takes the same path as later."""
+    run_dir = tmp_path / "run"
+    rc, took, sent, out = interrupt(run_dir, [f"hydra.run.dir={run_dir}", "world_size=2"], after=0, whole_group=False,
+                                    when=lambda events: any(e["event"] == "launch_start" for e in events))
+    assert rc == 130, out[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["status"], summary["verdict"]) == ("interrupted", "interrupted")
+    assert not [e for e in events_below(run_dir) if e["event"] in ("save_end", "load_done")]
+    assert not processes_tagged(str(run_dir))
+    assert "Traceback" not in out
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_a_sweep_job_within_2_s(tmp_path):
     sweep = tmp_path / "sweep"

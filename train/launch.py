@@ -223,9 +223,9 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         fired.set()
         os.kill(os.getpid(), signal.SIGTERM)
 
-    # SIGTERM (docker stop, Slurm, Kubernetes) stops the run as the agent does once ranks run, also
-    # while the rendezvous is still under way
-    signal.signal(signal.SIGTERM, _raise_signal_exception)
+    # SIGINT (Ctrl-C) and SIGTERM (docker stop, Slurm, Kubernetes) stop the run as the agent does once ranks
+    # run, also while the rendezvous is still under way: one path, SignalException, for both
+    before = {s: signal.signal(s, _raise_signal_exception) for s in (signal.SIGINT, signal.SIGTERM)}
 
     watchdog = threading.Timer(cfg["timeout"]["run_s"], stop_run)
     watchdog.daemon = True
@@ -246,9 +246,6 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
             return "timeout"
         events.record("signal", name=signal.Signals(e.sigval).name)
         return "interrupted"
-    except KeyboardInterrupt:
-        events.record("signal", name="SIGINT")
-        return "interrupted"
     except Exception as e:  # the agent itself failed: rendezvous, forkserver, out of resources
         events.record("launch_error", error_type=type(e).__name__, message=first_line(e))
         traceback.print_exc(file=sys.stderr)
@@ -256,6 +253,8 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
     finally:
         watchdog.cancel()
         agent_log.close()
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 def header(cfg: dict, plan, run_dir: Path, one_node_of_many: bool) -> str:
