@@ -62,13 +62,7 @@ CASES = [(key, option, as_value(f, good, good), as_value(f, bad, good))
 
 
 def config_with(key, value, option=None):
-    cfg = composed(f"data={option}") if option else composed()
-    node = cfg
-    *path, last = key.split(".")
-    for part in path:
-        node = node[part]
-    node[last] = value
-    return cfg
+    return base_cfg(*([f"data={option}"] if option else []), **{key: value})
 
 
 def test_the_edges_come_from_every_declared_range():

@@ -32,8 +32,9 @@ def _composed(overrides: tuple) -> dict:
     return out
 
 
-def base_cfg(**changes):
-    cfg = composed()
+def base_cfg(*overrides, **changes):
+    """The composed config (with these command-line overrides), then each dotted key set to its value."""
+    cfg = composed(*overrides)
     for dotted, value in changes.items():
         node = cfg
         *path, last = dotted.split(".")

@@ -108,7 +108,7 @@ class RaceSaveModelCallback(SaveModelCallback):
             self.remove_checkpoint()
         self.events.record("fit_start", train_batches=len(self.dls.train),
                            ddp=isinstance(self.learn.model, DistributedDataParallel),
-                           checkpoint=str(self.checkpoint), node_local=self.node_local)
+                           node_local=self.node_local)
 
     def remove_checkpoint(self):
         if self.checkpoint.exists():  # unlink fails on a read-only filesystem even when nothing is there

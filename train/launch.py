@@ -257,9 +257,9 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
             signal.signal(s, handler)
 
 
-def header(cfg: dict, plan, run_dir: Path, one_node_of_many: bool) -> str:
+def header(cfg: dict, plan, run_dir: Path, nodes_here: bool, one_node_of_many: bool) -> str:
     """What is run, where, and what the scenario injects, in words."""
-    if cfg["nnodes"] > 1 and cfg["launch"]["all_nodes_here"]:
+    if nodes_here:
         where = f"\nnodes: {cfg['nnodes']} on this host, an elastic agent each, rendezvous on loopback"
     elif one_node_of_many:
         where = f"\nnode {cfg['node_rank']} of {cfg['nnodes']}, rendezvous {cfg['rdzv']['endpoint']} id {cfg['rdzv']['id']}"
@@ -284,7 +284,7 @@ def _run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: 
     nodes_here = cfg["nnodes"] > 1 and cfg["launch"]["all_nodes_here"]
     one_node_of_many = nodes.one_of_many(cfg)
     if not nodes.merged_here():  # the node launchers of launch.all_nodes_here leave the header to theirs
-        print(header(cfg, plan, run_dir, one_node_of_many), flush=True)
+        print(header(cfg, plan, run_dir, nodes_here, one_node_of_many), flush=True)
     events = EventLog(run_dir, LAUNCHER, name=f"launcher-node{cfg['node_rank']}" if one_node_of_many else None)
     events.record("launch_start", world_size=cfg["world_size"], device=plan.device, backend=plan.backend,
                   node_rank=cfg["node_rank"], nnodes=cfg["nnodes"])

@@ -129,6 +129,8 @@ MERGED_INTO = "RACE_LAB_MERGED_INTO"  # set for the node launchers of launch.all
 def merged_here() -> bool:
     """This launcher is one node of launch.all_nodes_here: the launcher that started it speaks for the run."""
     return bool(os.environ.get(MERGED_INTO))
+
+
 NODE_KEYS = ("node_rank=", "rdzv.", "launch.all_nodes_here=")  # set here for each node, whatever was given
 
 

@@ -1,6 +1,6 @@
 """What each rank saw, and the run's verdict: pure functions over event records.
 
-Rank events (events/rank<N>.jsonl): rank_start{node}, fit_start{checkpoint, node_local}, skew_start{at}, skew_end,
+Rank events (events/rank<N>.jsonl): rank_start{node}, fit_start{node_local}, skew_start{at}, skew_end,
 read_delay_start, read_delay_end, rank_misdetected, save_start, save_end{digest, bytes},
 save_error{error_type, message}, train_end, sync_enter{how}, sync_exit{how},
 sync_error{how, error_type, message, timed_out}, skip{reason}, load_attempt{bytes},
