@@ -194,13 +194,19 @@ def test_agreed_alone_says_the_save_failed_and_dcp_does_not_apply_there(runs):
 
 
 def test_without_a_shared_filesystem_node_1_never_reads_a_file_it_does_not_have(runs):
+    """Each node's agent had its own tmpfs on checkpoint.dir (launch.node_disks=auto, as root here): the
+    files went with the nodes, so the events tell who read and who wrote where."""
+    from train.events import read_events
+
     cells = runs["no_shared_fs"].summaries()
     assert runs["no_shared_fs"].rc == 0, runs["no_shared_fs"].out[-3000:]
-    models = {fix: Path(cells[("no_shared_fs", fix)]["run_dir"]) / "models" for fix in ("broadcast",
-                                                                                        "save_on_each_node")}
-    assert (models["broadcast"] / "node0/best.pth").exists()
-    assert not (models["broadcast"] / "node1/best.pth").exists()  # rank 0 read it and sent the weights
-    assert (models["save_on_each_node"] / "node1/best.pth").exists()  # each node wrote its own copy
+    events = {fix: read_events(cells[("no_shared_fs", fix)]["run_dir"]) for fix in ("broadcast", "save_on_each_node")}
+    assert {cells[("no_shared_fs", fix)]["node_disk"] for fix in events} == {"mount"}
+    attempts = {e["rank"]: e for e in events["broadcast"] if e["event"] == "load_attempt"}
+    assert attempts[1] == {**attempts[1], "source": "broadcast from rank 0"} and "path" not in attempts[1]
+    assert attempts[0]["bytes"] > 0  # rank 0 read it and sent the weights
+    writers = {e["rank"] for e in events["save_on_each_node"] if e["event"] == "save_end"}
+    assert writers == {0, 1}  # each node wrote its own copy
 
 
 def planted(runs, name) -> dict:

@@ -13,11 +13,8 @@ the checkpoint's save, wait and load:
 - what goes wrong is placed by train/faults.py at named points, never here.
 """
 import copy
-import hashlib
 import io
 import os
-import time
-from datetime import datetime
 
 import torch
 import torch.distributed as dist
@@ -26,43 +23,12 @@ from fastai.learner import load_model
 from fastai.torch_core import get_model, rank_distrib
 from torch.nn.parallel import DistributedDataParallel
 
-
-def weights_digest(model) -> str:
-    """A short hash of a model's (or a state dict's) weights, to tell which checkpoint a rank holds."""
-    state = model if isinstance(model, dict) else get_model(model).state_dict()
-    h = hashlib.sha256()
-    for name, tensor in state.items():
-        h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
+from train.fixes import SyncFailed, agree, atomic_write, broadcast_read, wait_for_file, watched
+from train.frameworks.common import error_fields, local_rank, say, weights_digest
 
 
-def error_fields(e: BaseException) -> dict:
-    message = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-    error_type = getattr(e, "error_type", type(e).__name__)
-    timed_out = "timed out" in str(e).lower() or "timeout" in error_type.lower()
-    return {"error_type": error_type, "message": message, "timed_out": timed_out}
-
-
-class SyncFailed(Exception):
-    """A sync inside a load failed; its sync_error event is recorded already."""
-
-
-class LoadFailedOnRank0(Exception):
-    """Rank 0 could not read the checkpoint it was to broadcast; carries its error's type."""
-
-    def __init__(self, error_type, message):
-        super().__init__(message)
-        self.error_type = error_type
-
-
-def local_rank() -> int:
-    return int(os.environ["LOCAL_RANK"])
-
-
-def say(text):
-    """A console line with the time and the real rank, like the seed's log."""
-    print(f"{datetime.now():%H:%M:%S.%f}"[:-3] + f" rank {dist.get_rank()}: {text}", flush=True)
+def model_digest(model) -> str:
+    return weights_digest(get_model(model).state_dict())
 
 
 class RaceSaveModelCallback(SaveModelCallback):
@@ -161,9 +127,9 @@ class RaceSaveModelCallback(SaveModelCallback):
                 self.events.record("load_error", **error_fields(e))
                 say(f"Load failed: {type(e).__name__}: {e}")
             else:
-                self.events.record("load_done", digest=weights_digest(self.learn.model))
+                self.events.record("load_done", digest=model_digest(self.learn.model))
                 say("Loaded model.")
-        self.events.record("final", digest=weights_digest(self.learn.model))
+        self.events.record("final", digest=model_digest(self.learn.model))
 
     def guard_allows(self, stage: str) -> bool:
         """checkpoint.guard: a local exists() check before the sync or before the load."""
@@ -178,24 +144,8 @@ class RaceSaveModelCallback(SaveModelCallback):
         self.events.record("load_attempt", path=str(self.checkpoint), bytes=size, **fields)
 
     def wait(self, how: str, until) -> bool:
-        """Run `until()` (a barrier, a collective, a wait) between sync events; False if it failed."""
-        self.events.record("sync_enter", how=how)
-        try:
-            result = until()
-        except Exception as e:
-            self.events.record("sync_error", how=how, **error_fields(e))
-            say(f"{how} failed: {type(e).__name__}: {e}")
-            return False
-        self.events.record("sync_exit", how=how)
-        return result is not False
-
-    def wait_for_file(self, path) -> bool:
-        deadline = time.monotonic() + self.timeout_s
-        while not path.exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no {path.name} after {self.timeout_s} s (timed out)")
-            time.sleep(0.05)
-        return True
+        """Run `until()` between sync events (train/fixes.py); False if it failed."""
+        return watched(self.events, how, until)
 
 
 class UnsyncedSaveModelCallback(RaceSaveModelCallback):
@@ -236,7 +186,7 @@ class PollSaveModelCallback(RaceSaveModelCallback):
     exists is not a file that is finished (scenario=torn)."""
 
     def sync(self):
-        return self.wait("file", lambda: self.wait_for_file(self.checkpoint))
+        return self.wait("file", lambda: wait_for_file(self.checkpoint, self.timeout_s))
 
 
 class AtomicSaveModelCallback(PollSaveModelCallback):
@@ -245,16 +195,7 @@ class AtomicSaveModelCallback(PollSaveModelCallback):
     partial file, but an older file under that name is taken for the new one (scenario=stale)."""
 
     def write(self, data: bytes, last: bool):
-        self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.checkpoint.with_name(f".{self.checkpoint.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                self.faults.write(f, data, last)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.checkpoint)
-        finally:
-            tmp.unlink(missing_ok=True)
+        atomic_write(self.checkpoint, lambda f: self.faults.write(f, data, last))
 
 
 class AgreedSaveModelCallback(RaceSaveModelCallback):
@@ -266,17 +207,11 @@ class AgreedSaveModelCallback(RaceSaveModelCallback):
         return True  # the agreed decision replaces every local check
 
     def sync(self):
-        decision = [None]
-        if dist.get_rank() == 0:
+        def decide():
             ok = self.save_ok is not False and self.checkpoint.exists()
-            decision = [{"load": ok, "why": "" if ok else "rank 0's save failed" if self.save_ok is False
-                         else "rank 0 has no checkpoint"}]
-        if not self.wait("agree", lambda: dist.broadcast_object_list(decision, src=0)):
-            return False
-        if not decision[0]["load"]:
-            self.events.record("skip", reason=f"{decision[0]['why']}: every rank agreed not to load")
-            say(f"Not loading: {decision[0]['why']}.")
-        return decision[0]["load"]
+            return ok, "" if ok else "rank 0's save failed" if self.save_ok is False else "rank 0 has no checkpoint"
+
+        return agree(self.events, decide)
 
 
 class BroadcastSaveModelCallback(RaceSaveModelCallback):
@@ -284,21 +219,11 @@ class BroadcastSaveModelCallback(RaceSaveModelCallback):
     rank touches the filesystem."""
 
     def load_checkpoint(self):
-        sent = [None]
-        if dist.get_rank() == 0:
+        def read():
             self.record_load_attempt()
-            try:
-                sent = [{"state": torch.load(self.checkpoint, map_location="cpu", weights_only=True)}]
-            except Exception as e:
-                sent = [{"error": error_fields(e)}]
-        if not self.wait("broadcast", lambda: dist.broadcast_object_list(sent, src=0)):
-            raise SyncFailed
-        if dist.get_rank() != 0:
-            self.events.record("load_attempt", source="broadcast from rank 0")
-        if "error" in sent[0]:
-            err = sent[0]["error"]
-            raise LoadFailedOnRank0(err["error_type"], err["message"])
-        get_model(self.learn.model).load_state_dict(sent[0]["state"])
+            return torch.load(self.checkpoint, map_location="cpu", weights_only=True)
+
+        get_model(self.learn.model).load_state_dict(broadcast_read(self.events, read))
 
 
 class DcpSaveModelCallback(RaceSaveModelCallback):

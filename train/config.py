@@ -51,8 +51,8 @@ class CheckpointConfig:
     dir: str = key("${hydra:runtime.output_dir}/models", "where rank 0 writes it")
     keep_existing: bool = key(False, "keep a checkpoint left in dir by an earlier run (else rank 0 removes it)")
     early_saves: bool = key(False, "also save on improvement before the last epoch, so an older file is there (stale)")
-    node_local: bool = key(False, "each node keeps its checkpoints in its own folder, <dir>/node<K>, standing for "
-                                  "its own disk (no shared filesystem)")
+    node_local: bool = key(False, "each node keeps its checkpoints on its own disk, no shared filesystem "
+                                  "(launch.node_disks says how, on one host)")
     guard: str = key("none", "a local exists() check that guards the load (fastai v1) or the sync and the load "
                              "(transformers#40923)", choices=["none", "load", "sync"])
 
@@ -71,6 +71,11 @@ class LaunchConfig:
     oversubscribe: bool = key(False, "allow more than 4 CPU ranks per core")
     all_nodes_here: bool = key(False, "start every node's agent on this host, over loopback, standing in for nnodes "
                                       "machines; their records land in one run dir")
+    node_disks: str = key("auto", "with checkpoint.node_local and launch.all_nodes_here, how each node gets a disk "
+                                  "of its own: mount: its agent in its own mount namespace with a private tmpfs on "
+                                  "checkpoint.dir (root or user namespaces); folder: <dir>/node<K>, which a framework "
+                                  "that broadcasts rank 0's path sees past; auto: mount where the machine allows it",
+                          choices=["auto", "mount", "folder"])
     echo_ranks: bool = key(False, "in a sweep (-m), print every rank's full output and each job's table on the console "
                                   "too, as a single run does; else one line a job (the output stays in the run dir's "
                                   "logs/ and console.log)")
@@ -87,7 +92,17 @@ class RdzvConfig:
 @dataclass
 class CallbackConfig:
     name: str = key("???", "the fix, from configs/callback/")  # ???: set by the group
-    _target_: str = key("???", "its class in train/callbacks.py")
+    _target_: Optional[str] = key(None, "the class that does it, for frameworks that take one (fastai: a "
+                                        "SaveModelCallback subclass in train/callbacks.py, or your own); null: "
+                                        "the framework's adapter does the fix by its name")
+
+
+@dataclass
+class FrameworkConfig:
+    name: str = key("fastai", "which framework's own save-best and load-at-the-end code runs, from "
+                              "configs/framework/")
+    adapter: str = key("train.frameworks.fastai", "its adapter module (train/frameworks/): trains, saves and "
+                                                 "loads with that framework, faults at its public seams")
 
 
 @dataclass
@@ -124,14 +139,15 @@ class TrainConfig:
     device: str = key("auto", "auto: cuda when at least world_size GPUs are visible, else cpu",
                       choices=["auto", "cpu", "cuda"])
     backend: str = key("auto", "auto: nccl on cuda, gloo on cpu", choices=["auto", "gloo", "nccl"])
-    not_for: Dict[str, str] = key({}, "fixes this scenario does not apply to, each with the reason (set by "
-                                      "scenarios)")
+    not_for: Dict[str, str] = key({}, "fixes (or frameworks) a scenario does not apply to, and fixes a framework "
+                                      "has no seam for, each with the reason (set by scenarios and frameworks)")
     skew: SkewConfig = group(SkewConfig, "who is late at the last save, and how")
     fault: FaultConfig = group(FaultConfig, "faults placed on purpose at named points (train/faults.py)")
     checkpoint: CheckpointConfig = group(CheckpointConfig, "the file under test")
     timeout: TimeoutConfig = group(TimeoutConfig, "no wait lasts longer")
     launch: LaunchConfig = group(LaunchConfig, "how the ranks start")
     rdzv: RdzvConfig = group(RdzvConfig, "where the ranks meet")
+    framework: FrameworkConfig = group(FrameworkConfig, "the framework under test (a config group)")
     callback: CallbackConfig = field(default_factory=CallbackConfig, metadata={"doc": "the fix (a config group)"})
     data: Any = field(default="???", metadata={"doc": "the data set (a config group)"})  # ???: set by the group
 

@@ -1,9 +1,7 @@
-"""The data each rank trains on. Every rank builds the same split from the seed;
-fastai's DistributedDL then gives each rank its shard of every batch."""
-import numpy as np
-import torch
+"""The data each rank trains on. Every rank builds the same split from the seed; fastai's DistributedDL
+then gives each rank its shard of every batch (other frameworks: their own distributed samplers).
+Importing this module imports no framework."""
 import torch.distributed as dist
-from fastai.data.core import DataLoaders
 
 
 _digits = None  # (x, y) as load_digits returns them, read once per process (the forkserver's preload)
@@ -19,21 +17,19 @@ def preload_digits():
     return _digits
 
 
-def digits_dls(data: dict, seed: int, device) -> DataLoaders:
-    """scikit-learn's bundled 8x8 digits, two classes, as 1x8x8 images in [0, 1]."""
-    x, y = preload_digits()
-    classes = list(data["classes"])
-    keep = np.isin(y, classes)
-    x = torch.tensor(x[keep] / 16.0, dtype=torch.float32).reshape(-1, 1, 8, 8)
-    y = torch.tensor([classes.index(v) for v in y[keep]])
-    order = np.random.RandomState(seed).permutation(len(y))
-    n_valid = int(len(y) * data["valid_pct"])
-    valid, train = order[:n_valid], order[n_valid:]
-    return DataLoaders.from_dsets(list(zip(x[train], y[train])), list(zip(x[valid], y[valid])),
+def digits_dls(data: dict, seed: int, device):
+    """scikit-learn's bundled 8x8 digits, two classes, as 1x8x8 images in [0, 1] (the split every
+    framework trains on: train/frameworks/common.py), in fastai's DataLoaders."""
+    from fastai.data.core import DataLoaders
+
+    from train.frameworks.common import digits_split
+
+    x_train, y_train, x_valid, y_valid = digits_split(data, seed)
+    return DataLoaders.from_dsets(list(zip(x_train, y_train)), list(zip(x_valid, y_valid)),
                                   bs=data["batch_size"], device=device, num_workers=0)
 
 
-def mnist_sample_dls(data: dict, seed: int, device) -> DataLoaders:
+def mnist_sample_dls(data: dict, seed: int, device):
     """fastai's MNIST_SAMPLE (3 vs 7), downloaded by rank 0 while the others wait."""
     from fastai.data.external import untar_data
     from fastai.vision.data import ImageDataLoaders
@@ -51,5 +47,5 @@ LOADERS = {"digits": digits_dls, "mnist_sample": mnist_sample_dls}
 CHANNELS = {"digits": 1, "mnist_sample": 3}
 
 
-def make_dls(data: dict, seed: int, device) -> DataLoaders:
+def make_dls(data: dict, seed: int, device):
     return LOADERS[data["name"]](data, seed, device)

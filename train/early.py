@@ -1,4 +1,5 @@
-"""Start the forkserver's preload (fastai, torch, the data: train/preload.py) before the launcher
+"""Start the forkserver's preload (torch, the data: train/preload.py, and the run's framework adapter, which
+imports fastai, Lightning, transformers or Accelerate) before the launcher
 imports torch and Hydra composes the config, so the two start-ups overlap instead of adding up.
 
 Only the command line is known this early, so this reads it, and the chosen scenario's file, for
@@ -11,6 +12,7 @@ This module imports nothing heavy: the launcher never imports fastai.
 import atexit
 import ctypes
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -39,6 +41,30 @@ def forkserver_wanted(argv) -> bool:
     return True
 
 
+def adapters_named(argv) -> list:
+    """The adapter modules of the frameworks that the command line picks (framework=a,b in a sweep),
+    read from their configs/framework/ files; none named: the default, fastai's."""
+    names = ["fastai"]
+    for arg in argv:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if key == "framework":
+            names = [name.strip() for name in value.split(",")]
+        elif key == "framework.adapter":
+            return [value]
+    adapters = []
+    for name in names:
+        path = CONFIGS / "framework" / f"{name}.yaml"
+        found = re.search(r"^\s*adapter:\s*(\S+)", path.read_text(), re.M) if path.is_file() else None
+        if found:  # an unknown name is the config's error to report, later
+            adapters.append(found.group(1))
+    return adapters
+
+
+def preload_list(adapters) -> list:
+    """What the forkserver imports: the framework-free rank code, then each adapter (its framework)."""
+    return ["train.preload", *adapters]
+
+
 def start_forkserver(argv) -> bool:
     """Start the forkserver now when the command line allows it; True when started."""
     if not forkserver_wanted(argv):
@@ -46,7 +72,7 @@ def start_forkserver(argv) -> bool:
     import multiprocessing
     from multiprocessing import forkserver
 
-    multiprocessing.set_forkserver_preload(["train.preload"])  # the same list launch.py sets
+    multiprocessing.set_forkserver_preload(preload_list(adapters_named(argv)))  # as launch.py sets it
     forkserver.ensure_running()  # returns at once; the server imports in its own process
     atexit.register(stop_forkserver)  # launch.py registers it again, once, after its own start-up
     return True

@@ -1,7 +1,7 @@
 """The launcher: Hydra main -> check the config -> start the ranks with torch elastic
 -> collect what they recorded -> summary.json and the console table.
 
-It never imports fastai; each rank does, in its own process (train/worker.py).
+It never imports a framework (fastai, Lightning, ...); each rank does, in its own process (train/worker.py).
 """
 import atexit
 import contextlib
@@ -33,7 +33,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from train.config import ConfigError
 from train.faults import describe as describe_faults
-from train.early import stop_forkserver
+from train.early import preload_list, stop_forkserver
 from train import nodes
 from train.events import LAUNCHER, EventLog, read_events
 from train.outcomes import judge, worst_status
@@ -205,9 +205,9 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         log_line_prefix_template="[rank ${rank}] ",  # the global rank, on every node
     )
     if launch_cfg.start_method == "forkserver":
-        # ranks fork from a server that has imported fastai once; later jobs of a sweep start in a blink.
-        # train/early.py may have started it already, with the same preload, while the launcher started up
-        multiprocessing.set_forkserver_preload(["train.preload"])
+        # ranks fork from a server that has imported the framework once; later jobs of a sweep start in a
+        # blink. train/early.py may have started it already, with every framework the command line names
+        multiprocessing.set_forkserver_preload(preload_list([cfg["framework"]["adapter"]]))
         atexit.unregister(stop_forkserver)  # once per process, however many jobs a sweep runs
         atexit.register(stop_forkserver)
     taken = port_in_use(cfg["rdzv"]["endpoint"]) if nodes == 1 else None  # other nodes' agents use it too
@@ -266,7 +266,8 @@ def header(cfg: dict, plan, run_dir: Path, nodes_here: bool, one_node_of_many: b
     else:
         where = ""
     return (f"run dir: {run_dir}\ndevice: {plan.device}+{plan.backend} ({plan.reason})\n"
-            f"scenario={cfg['scenario']} callback={cfg['callback']['name']} world_size={cfg['world_size']} "
+            f"scenario={cfg['scenario']} callback={cfg['callback']['name']} framework={cfg['framework']['name']} "
+            f"world_size={cfg['world_size']} "
             f"epochs={cfg['epochs']}\nfault: {describe_faults(cfg)}{where}")
 
 
@@ -286,16 +287,27 @@ def _run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: 
     if not nodes.merged_here():  # the node launchers of launch.all_nodes_here leave the header to theirs
         print(header(cfg, plan, run_dir, nodes_here, one_node_of_many), flush=True)
     events = EventLog(run_dir, LAUNCHER, name=f"launcher-node{cfg['node_rank']}" if one_node_of_many else None)
-    events.record("launch_start", world_size=cfg["world_size"], device=plan.device, backend=plan.backend,
-                  node_rank=cfg["node_rank"], nnodes=cfg["nnodes"])
+    start = dict(world_size=cfg["world_size"], device=plan.device, backend=plan.backend, node_rank=cfg["node_rank"],
+                 nnodes=cfg["nnodes"])
     if nodes_here:
-        dirs = nodes.run_nodes_here(cfg, run_dir, task_overrides, events)
+        events.record("launch_start", **start)
+        disk = nodes.node_disk_form(cfg)
+        dirs = nodes.run_nodes_here(cfg, run_dir, task_overrides, events, disk)
         events.record("launch_end", status=worst_status(nodes.read_node(d)["status"] for d in dirs))
         events.close()
         summary = nodes.merge(dirs, run_dir, asdict(plan))
         nodes.print_merged(summary, run_dir)
         return summary
-    status = launch(cfg, plan, run_dir, events, echo)
+    before = {s: signal.signal(s, _raise_signal_exception) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:  # a signal from launch_start on is the run's interrupt, also before launch() takes over the handlers
+        events.record("launch_start", **start)
+        status = launch(cfg, plan, run_dir, events, echo)
+    except SignalException as e:
+        events.record("signal", name=signal.Signals(e.sigval).name)
+        status = "interrupted"
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
     events.record("launch_end", status=status)
     events.close()
     if one_node_of_many:
@@ -307,8 +319,9 @@ def _run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: 
                   flush=True)
         return nodes.merge_if_all_here(cfg, run_dir, status)
 
-    verdict = judge(read_events(run_dir), cfg["world_size"]).as_dict()
-    summary = {**verdict, "status": status, "config": cfg, "plan": asdict(plan),
+    events = read_events(run_dir)
+    verdict = judge(events, cfg["world_size"]).as_dict()
+    summary = {**verdict, "status": status, "config": cfg, "plan": asdict(plan), "node_disk": nodes.disk_form(events),
                "environment": environment(), "run_dir": str(run_dir)}
     write_json_atomic(run_dir / "summary.json", summary)
     print("\n" + format_table(verdict) + f"\n\n{verdict['explanation']}\nsummary: {run_dir / 'summary.json'}",
@@ -337,9 +350,12 @@ def main(dict_cfg) -> str:
 
     cfg = nodes.from_slurm(OmegaConf.to_container(dict_cfg, resolve=True))
     cfg["checkpoint"]["dir"] = str(Path(cfg["checkpoint"]["dir"]).resolve())
-    scenario, fix = hydra_cfg.runtime.choices.get("scenario"), cfg["callback"]["name"]
-    if fix in cfg["not_for"]:  # a combination that makes no sense: not run, and not a failure of a sweep
-        why = f"scenario={scenario} callback={fix}: n/a: {cfg['not_for'][fix]}"
+    scenario, fix, framework = hydra_cfg.runtime.choices.get("scenario"), cfg["callback"]["name"], \
+        cfg["framework"]["name"]
+    reason = cfg["not_for"].get(fix) or cfg["not_for"].get(framework)  # set by the scenario and the framework
+    if reason:  # a combination that makes no sense: not run, and not a failure of a sweep
+        which = f"scenario={scenario} callback={fix}" + (f" framework={framework}" if framework != "fastai" else "")
+        why = f"{which}: n/a: {reason}"
         if not in_sweep:
             return refuse(why)
         write_json_atomic(run_dir / "summary.json", {"status": "n/a", "verdict": "n/a", "explanation": why,
@@ -348,6 +364,7 @@ def main(dict_cfg) -> str:
         return "n/a"
     try:
         plan = make_plan(cfg, this_machine())
+        nodes.node_disk_form(cfg)  # launch.node_disks=mount on a machine that cannot: refused here
         check_data_reachable(cfg["data"])
         check_writable(run_dir)
     except ConfigError as e:

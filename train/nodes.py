@@ -108,13 +108,21 @@ def merge(node_dirs: list, out: Path, plan=None) -> dict:
         if (Path(d) / "logs").exists() and out.resolve() not in Path(d).resolve().parents:
             shutil.copytree(Path(d) / "logs", out / "logs" / f"node{node['node_rank']}", dirs_exist_ok=True)
     cfg = next(n for n in nodes if n["node_rank"] == 0)["config"]
-    verdict = judge(read_events(out), cfg["world_size"]).as_dict()
+    events = read_events(out)
+    verdict = judge(events, cfg["world_size"]).as_dict()
     summary = {**verdict, "status": worst_status(n["status"] for n in nodes), "config": cfg,
+               "node_disk": disk_form(events),
                "plan": plan or nodes[0].get("plan"), "environment": nodes[0].get("environment"),
                "nodes": [{"node_rank": n["node_rank"], "status": n["status"], "run_dir": n["run_dir"]}
                          for n in nodes], "run_dir": str(out)}
     write_json_atomic(out / "summary.json", summary)
     return summary
+
+
+def disk_form(events) -> str:
+    """shared | folder | mount: how the run's nodes kept their checkpoints, as its ranks recorded it."""
+    forms = sorted({e.get("node_disk", "shared") for e in events if e["event"] == "rank_start"})
+    return ",".join(forms) or "unknown"
 
 
 def free_port() -> int:
@@ -134,18 +142,60 @@ def merged_here() -> bool:
 NODE_KEYS = ("node_rank=", "rdzv.", "launch.all_nodes_here=")  # set here for each node, whatever was given
 
 
-def run_nodes_here(cfg: dict, run_dir: Path, task_overrides: list, events) -> list:
+NODE_DISK = "RACE_LAB_NODE_DISK"  # mount | folder: how the node launchers of launch.all_nodes_here keep disks apart
+
+
+def can_mount_node_disks() -> bool:
+    """Whether a process here may have a mount namespace of its own with a tmpfs in it (root, or user
+    namespaces): tried once, for real, with util-linux's unshare."""
+    if not shutil.which("unshare"):
+        return False
+    probe = ["unshare", "--mount", "--propagation", "private", "sh", "-c", "mount -t tmpfs probe /mnt"]
+    if os.geteuid() != 0:
+        probe[1:1] = ["--user", "--map-root-user"]
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
+def node_disk_form(cfg: dict) -> str:
+    """mount | folder | none: how one host's node launchers get disks of their own (launch.node_disks).
+    Raises ConfigError when mount is asked for and this machine cannot give it."""
+    if not (cfg["checkpoint"]["node_local"] and cfg["nnodes"] > 1 and cfg["launch"]["all_nodes_here"]):
+        return "none"
+    asked = cfg["launch"]["node_disks"]
+    if asked == "folder":
+        return "folder"
+    if can_mount_node_disks():
+        return "mount"
+    if asked == "mount":
+        raise ConfigError("launch.node_disks=mount: this machine gives no mount namespace with a tmpfs "
+                          "(needs root or user namespaces, and unshare); launch.node_disks=folder works anywhere")
+    return "folder"
+
+
+def on_its_own_disk(command: list, folder: str) -> list:
+    """command, run in a mount namespace of its own where `folder` is a fresh tmpfs: that node's own disk,
+    which no other node sees, at the same path as theirs. unshare execs the command (no extra process)."""
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", *user, "--mount", "--propagation", "private", "sh", "-c",
+            'mkdir -p "$1" && mount -t tmpfs race-lab-node-disk "$1" && shift && exec "$@"', "sh", folder, *command]
+
+
+def run_nodes_here(cfg: dict, run_dir: Path, task_overrides: list, events, disk: str = "none") -> list:
     """Start one launcher per node on this host, on loopback, each recording into run_dir/nodes/node<K>, and wait.
-    Returns their run dirs. SIGINT or SIGTERM here is recorded in events and reaches every node's launcher."""
+    Returns their run dirs. SIGINT or SIGTERM here is recorded in events and reaches every node's launcher.
+    disk=mount: each node's launcher in its own mount namespace, with its own tmpfs on checkpoint.dir."""
     port = free_port()
     given = [o for o in task_overrides if not o.lstrip("+~").startswith(NODE_KEYS)]
     dirs = [node_dir(run_dir, k) for k in range(cfg["nnodes"])]
-    env = {**os.environ, MERGED_INTO: str(run_dir)}
-    procs = [subprocess.Popen([sys.executable, "-m", "train", *given, f"node_rank={k}",
-                               f"rdzv.endpoint=127.0.0.1:{port}", f"rdzv.id={cfg['rdzv']['id']}",
-                               "launch.all_nodes_here=false", f"hydra.run.dir={run_dir}",
-                               "hydra.output_subdir=null"], env=env)
-             for k in range(cfg["nnodes"])]
+    env = {**os.environ, MERGED_INTO: str(run_dir), NODE_DISK: disk}
+
+    def command(k):
+        line = [sys.executable, "-m", "train", *given, f"node_rank={k}", f"rdzv.endpoint=127.0.0.1:{port}",
+                f"rdzv.id={cfg['rdzv']['id']}", "launch.all_nodes_here=false", f"hydra.run.dir={run_dir}",
+                "hydra.output_subdir=null"]
+        return on_its_own_disk(line, cfg["checkpoint"]["dir"]) if disk == "mount" else line
+
+    procs = [subprocess.Popen(command(k), env=env) for k in range(cfg["nnodes"])]
 
     signalled = []
 

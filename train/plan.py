@@ -7,6 +7,7 @@ with one line that names the key and the value.
 from dataclasses import dataclass
 
 from train.config import ConfigError, check
+from train.frameworks import adapter_exists
 
 RANKS_PER_CORE = 4  # more CPU ranks than this per core only with launch.oversubscribe=true
 RANK_MEMORY_MIB = 600  # what one CPU rank needs (torch, fastai, a small model), measured here: ~450 MiB
@@ -61,6 +62,11 @@ def check_config(cfg: dict) -> None:
                  "HOST:PORT, reachable from all of them (torchrun's --rdzv-endpoint)")
         _require(cfg["rdzv"]["id"] != "auto", "rdzv.id", "auto", f"with nnodes={nodes} give every node the same id, "
                  "new for each run (torchrun's --rdzv-id)")
+    framework = cfg["framework"]
+    _require(adapter_exists(framework["adapter"]), "framework.adapter", framework["adapter"],
+             "no such module (train/frameworks/ has one per framework)")
+    _require(framework["name"] == "fastai" or cfg["data"]["name"] == "digits", "data", cfg["data"]["name"],
+             f"framework={framework['name']} trains on data=digits only")
     data = cfg["data"]
     if "classes" in data:
         _require(len(data["classes"]) == 2 and len(set(data["classes"])) == 2, "data.classes", data["classes"],

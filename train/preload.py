@@ -1,7 +1,8 @@
 """What the forkserver imports once, before it forks any rank (launch.start_method=forkserver).
 
 Everything a rank would otherwise import lazily on its way to `fit_start` is imported here, once:
-fastai and torch (train.worker), the ~900 modules that Accelerate's `prepare_model` pulls in through
+torch and the rank's own code (train.worker), the run's framework adapter (train/frameworks/, named after
+this module in the preload list: train/early.py), the ~900 modules that Accelerate's `prepare_model` pulls in through
 DistributedDataParallel (torch._dynamo with sympy, and torch.distributed's DDP parts), and scikit-learn's
 data sets. The digits set, which no config changes (only its split does), is read here too. None of
 this starts a thread, opens a process group or touches CUDA, so forking after it is safe.
@@ -19,7 +20,7 @@ from train.early import end_with_parent
 
 end_with_parent()  # before the imports: the forkserver goes when its launcher goes, even on SIGKILL
 import train.rank  # noqa: F401,E402  (what a forked rank unpickles: its entry point)
-import train.worker  # noqa: F401  (fastai, torch and the worker, imported once for every rank)
+import train.worker  # noqa: F401  (torch and the worker, imported once for every rank)
 import torch._dynamo  # noqa: F401,E402  (DistributedDataParallel imports it on first use: about 3 s a rank)
 import torch.distributed.algorithms.ddp_comm_hooks  # noqa: F401,E402
 import torch.nn.parallel.distributed  # noqa: F401,E402

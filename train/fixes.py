@@ -1,0 +1,110 @@
+"""How ranks sync around a checkpoint, each fix written once as a strategy over save, sync and load.
+Framework-free (torch only): fastai's SaveModelCallback subclasses (train/callbacks.py) and every
+framework adapter (train/frameworks/) call these at their own seams, so no fix is copied per framework.
+
+  watched        any wait (a barrier, a collective, a file), between sync_enter and sync_exit/sync_error events
+  atomic_write   write a temporary name in the same folder, fsync it and the folder, then rename (atomic)
+  wait_for_file  poll until a path exists, up to a timeout (poll, atomic)
+  broadcast_read rank 0 reads, every other rank gets its object through a collective (broadcast)
+  agree          rank 0 decides, every rank takes its decision (agreed)
+"""
+import os
+import time
+from pathlib import Path
+
+import torch.distributed as dist
+
+from train.frameworks.common import error_fields, say
+
+
+class SyncFailed(Exception):
+    """A sync failed; its sync_error event is recorded already."""
+
+
+class LoadFailedOnRank0(Exception):
+    """Rank 0 could not read the checkpoint it was to broadcast; carries its error's type."""
+
+    def __init__(self, error_type, message):
+        super().__init__(message)
+        self.error_type = error_type
+
+
+def watched(events, how: str, until) -> bool:
+    """Run `until()` (a barrier, a collective, a wait) between sync events; False if it failed (the error
+    is recorded and said, not raised) or returned False."""
+    events.record("sync_enter", how=how)
+    try:
+        result = until()
+    except Exception as e:
+        events.record("sync_error", how=how, **error_fields(e))
+        say(f"{how} failed: {type(e).__name__}: {e}")
+        return False
+    events.record("sync_exit", how=how)
+    return result is not False
+
+
+def atomic_write(path, write):
+    """Put a file at `path` so that no reader ever sees it half written: `write(f)` fills a temporary file
+    in the same folder, which is fsynced and renamed onto `path`, and the folder is fsynced (Lightning#20011,
+    Orbax). A failed write leaves no temporary file and whatever `path` held before."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def wait_for_file(path, timeout_s: float) -> bool:
+    """True once `path` exists; TimeoutError after timeout_s."""
+    path, deadline = Path(path), time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {path.name} after {timeout_s} s (timed out)")
+        time.sleep(0.05)
+    return True
+
+
+def broadcast_read(events, read):
+    """Only rank 0 calls `read()`; every rank returns what it read, sent through broadcast_object_list, so
+    no other rank touches the filesystem. Raises SyncFailed (recorded) when the collective fails, and
+    LoadFailedOnRank0 on every rank when rank 0's read failed."""
+    sent = [None]
+    if dist.get_rank() == 0:
+        try:
+            sent = [{"object": read()}]
+        except Exception as e:
+            sent = [{"error": error_fields(e)}]
+    if not watched(events, "broadcast", lambda: dist.broadcast_object_list(sent, src=0)):
+        raise SyncFailed
+    if dist.get_rank() != 0:
+        events.record("load_attempt", source="broadcast from rank 0")
+    if "error" in sent[0]:
+        raise LoadFailedOnRank0(sent[0]["error"]["error_type"], sent[0]["error"]["message"])
+    return sent[0]["object"]
+
+
+def agree(events, decide) -> bool:
+    """Rank 0 calls `decide()` -> (load: bool, why: str); every rank takes that decision (Lightning's
+    reduce_boolean_decision, the fix of transformers#40923), so no rank waits for a peer that went
+    another way. False (and a skip event saying why) when rank 0 decided not to load or the sync failed."""
+    decision = [None]
+    if dist.get_rank() == 0:
+        load, why = decide()
+        decision = [{"load": load, "why": why}]
+    if not watched(events, "agree", lambda: dist.broadcast_object_list(decision, src=0)):
+        return False
+    if not decision[0]["load"]:
+        events.record("skip", reason=f"{decision[0]['why']}: every rank agreed not to load")
+        say(f"Not loading: {decision[0]['why']}.")
+    return decision[0]["load"]
