@@ -52,9 +52,10 @@ empty    :=
 space    := $(empty) $(empty)
 options   = $(subst $(space),$(comma),$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
 given     = $(if $(filter command line environment,$(origin $(1))),$($(1)),$(2))
-matrix: install ## scenario x fix, 5 repeats a cell, one Hydra multirun: make matrix [REPEATS=5 WORLD=2 SCENARIOS=seed,torn VARIANTS=barrier,atomic ARGS=]
+matrix: install ## scenario x fix (x framework), 5 repeats a cell, one Hydra multirun: make matrix [REPEATS=5 WORLD=2 SCENARIOS=seed,torn VARIANTS=barrier,atomic FRAMEWORKS=fastai,lightning ARGS=]
 	$(PY) -m train -m scenario=$(call given,SCENARIOS,$(call options,scenario)) \
-		callback=$(call given,VARIANTS,$(call options,callback)) world_size=$(call given,WORLD,2) \
+		callback=$(call given,VARIANTS,$(call options,callback)) framework=$(call given,FRAMEWORKS,fastai) \
+		world_size=$(call given,WORLD,2) \
 		'repeat=range($(call given,REPEATS,5))' hydra.sweep.dir=$(call given,DIR,runs/matrix/$(NOW)) $(ARGS)
 
 N ?= 50

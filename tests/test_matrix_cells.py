@@ -82,14 +82,14 @@ def test_build_makes_one_cell_per_pair_in_the_readme_order():
     assert [(c["scenario"], c["fix"]) for c in cells] == [
         ("seed", "unsynced"), ("torn", "poll"), ("torn", "atomic"), ("alpha", "afix"), ("mine", "zfix")]
     assert [c["runs"] for c in cells] == [1, 1, 2, 1, 1]
-    assert cells[0] == {"scenario": "seed", "fix": "unsynced", **cell([rows[2]])}
+    assert cells[0] == {"framework": "fastai", "scenario": "seed", "fix": "unsynced", **cell([rows[2]])}
     assert build([]) == []
 
 
 def test_order_puts_known_names_first_then_the_rest_alphabetically():
     assert _order({"b", "torn", "seed", "a"}, SCENARIO_ORDER) == ["seed", "torn", "a", "b"]
     assert _order(set(FIX_ORDER), FIX_ORDER) == FIX_ORDER
-    assert SCENARIO_ORDER[0] == "seed" and FIX_ORDER[0] == "unsynced"
+    assert SCENARIO_ORDER[0] == "seed" and FIX_ORDER[0] == "as_shipped"
 
 
 def test_each_scenario_cites_its_reports_once_in_order(tmp_path):
@@ -135,7 +135,8 @@ def test_a_runs_row_counts_its_ranks_outcomes_and_its_non_savers_waits(tmp_path)
     run = make_run(tmp_path, "3-torn-poll", {"config": CFG, "status": "ok", "verdict": "race", "replicas": "diverged",
                                              "explanation": "race: x", "ranks": ranks}, events)
     r = run_row(tmp_path, run, events)
-    assert r == {"job": "3-torn-poll", "scenario": "torn", "variant": "poll", "skew_s": 0.0, "skew_rank": 0,
+    assert r == {"job": "3-torn-poll", "scenario": "torn", "framework": "fastai", "variant": "poll", "skew_s": 0.0,
+                 "skew_rank": 0,
                  "world_size": 2, "epochs": 3, "seed": 42, "repeat": 1, "status": "ok", "verdict": "race",
                  "replicas": "diverged", **{f"n_{o}": 0 for o in OUTCOMES}, "n_loaded": 2, "n_corrupt": 2,
                  "nonsaver_wait_s": 5.5, "nonsaver_read_vs_save_end_s": -0.25,

@@ -102,13 +102,15 @@ def test_matrix_html_works_from_a_copy_of_the_sweep(tmp_path, browser):
 
 
 def made_rows(job: str) -> list:
-    """Report rows by hand: a race in job, and an n/a pair whose reason is NASTY."""
+    """Report rows by hand: a race in job, an n/a pair whose reason is NASTY, and a run of that fix in
+    another scenario (a column that is n/a all the way down is not drawn)."""
     base = {"replicas": "diverged", "wall_s": 2.5, "skew_s": 1.0, "repeat": 0, "note": "",
             **{f"n_{o}": 0 for o in OUTCOMES}}
     return [{**base, "job": job, "scenario": "seed", "variant": "unsynced", "verdict": "race", "n_loaded": 1,
              "n_missing": 1},
             {**base, "job": "n-a", "scenario": "seed", "variant": "dcp", "verdict": "n/a", "replicas": "",
-             "note": NASTY}]
+             "note": NASTY},
+            {**base, "job": "1-torn-dcp", "scenario": "torn", "variant": "dcp", "verdict": "clean", "n_loaded": 2}]
 
 
 def made_sweep(root: Path, job: str, explanation: str) -> list:
@@ -137,7 +139,8 @@ def test_a_cell_lists_text_from_runs_as_text_and_odd_dir_names_as_links(tmp_path
     write_html(root, build(rows), rows, {"seed": "fastai#2393"})
     tab, errors = open_page(browser, root / "matrix.html")
 
-    assert tab.locator("button.cell").count() == 2
+    assert tab.locator("button.cell").count() == 3
+    assert not tab.locator("select#framework").is_visible()  # one framework: no selector
     tab.locator('button.cell[data-fix="unsynced"]').click()
     run = tab.locator("#runs li.run")
     assert run.locator(".explanation").inner_text() == NASTY
@@ -147,6 +150,32 @@ def test_a_cell_lists_text_from_runs_as_text_and_odd_dir_names_as_links(tmp_path
     assert images_loaded(tab) == [40]
     assert target(run.locator("a.summary")) == root / job / "summary.json"
 
-    tab.locator('button.cell[data-fix="dcp"]').click()  # the n/a cell gives its reason, as text too
+    tab.locator('button.cell[data-fix="dcp"][data-scenario="seed"]').click()  # the n/a cell gives its reason, as text too
     assert tab.locator("#runs .note").inner_text() == NASTY
+    assert not errors, errors
+
+
+def test_with_several_frameworks_a_selector_picks_the_grid(tmp_path, browser):
+    """A grid per framework: the selector lists them in order, each shows its own cells, and a click lists
+    that framework's runs, not another's of the same scenario and fix."""
+    root = tmp_path / "sweep"
+    rows = made_sweep(root, "0-fastai-seed-unsynced", "fastai's run")
+    lightning = {**rows[0], "job": "3-lightning-seed-as_shipped", "framework": "lightning", "variant": "as_shipped",
+                 "verdict": "clean", "n_loaded": 2, "n_missing": 0}
+    (root / lightning["job"]).mkdir()
+    (root / lightning["job"] / "summary.json").write_text(json.dumps({"explanation": "lightning's run"}))
+    rows.append(lightning)
+    write_html(root, build(rows), rows, {})
+    tab, errors = open_page(browser, root / "matrix.html")
+
+    select = tab.locator("select#framework")
+    assert select.is_visible()
+    assert select.locator("option").all_inner_texts() == ["fastai", "lightning"]
+    assert tab.locator("button.cell").count() == 3  # fastai: seed x unsynced, seed x dcp (n/a), torn x dcp
+    select.select_option("lightning")
+    cells = tab.locator("button.cell")
+    assert cells.count() == 1 and cells.get_attribute("data-fix") == "as_shipped"
+    cells.click()
+    assert tab.locator("#runs h2").inner_text() == "lightning: seed x as_shipped: 1 run"
+    assert tab.locator("#runs .explanation").all_inner_texts() == ["lightning's run"]
     assert not errors, errors

@@ -1,6 +1,7 @@
-"""The scenario x fix matrix of a sweep: matrix.csv, matrix.md and matrix.png.
+"""The scenario x fix matrix of a sweep, for each framework: matrix.csv, matrix.md and matrix.png.
 
-Rows are scenarios (what goes wrong), columns are fixes (callback variants). Each cell holds
+Rows are scenarios (what goes wrong), columns are fixes (callback variants); with several frameworks,
+matrix.md has a grid per framework and matrix.png one grid with the framework as the outer row group. Each cell holds
 what every rank of every run of that pair ended up with: the runs, how many raced out of those
 that gave a verdict (with a 95% Wilson interval), the runs that did not count, the dominant
 verdict and the dominant rank outcome. Built from report.py's rows (one per run).
@@ -15,7 +16,9 @@ from train.summary import save_png_atomic
 
 SCENARIO_ORDER = ["seed", "stale", "torn", "skip_if_missing", "disagree", "save_fails", "many_writers",
                   "no_shared_fs"]
-FIX_ORDER = ["unsynced", "barrier", "poll", "atomic", "agreed", "broadcast", "dcp", "save_on_each_node"]
+FIX_ORDER = ["as_shipped", "unsynced", "barrier", "wait_for_everyone", "poll", "atomic", "agreed", "broadcast", "dcp",
+             "save_on_each_node"]
+FRAMEWORK_ORDER = ["fastai", "lightning", "transformers", "accelerate"]
 COLOURS = {"clean": "#a1d99b", "save_failed": "#9ecae1", "race": "#fc9272", "error": "#bdbdbd",
            "interrupted": "#bdbdbd", "n/a": "#f0f0f0", "crashed": "#bdbdbd"}
 TITLE = "What every rank ended up with: scenario (what goes wrong) x fix"
@@ -24,7 +27,7 @@ EXPLAINED = ("Each cell: the dominant verdict, as how many of the runs that gave
              "confidence); the race count too when another verdict dominates; then the outcome most ranks had "
              "when not `loaded`. Runs that were interrupted, whose harness failed or that crashed are not counted: "
              "they are listed apart. n/a: the fix does not apply to that scenario (see the scenario's file).")
-FIELDS = ["scenario", "fix", "runs", "counted", "races", "race_rate", "ci_low", "ci_high", "not_counted",
+FIELDS = ["framework", "scenario", "fix", "runs", "counted", "races", "race_rate", "ci_low", "ci_high", "not_counted",
           "not_counted_verdicts", "verdict", "verdict_runs", "outcome", "replicas_diverged", "note"]
 # which verdict a cell shows when two are equally common
 WORSE_FIRST = ["race", "save_failed", "clean", "error", "crashed", "interrupted"]
@@ -68,15 +71,28 @@ def cell(rows: list) -> dict:
 
 
 def build(rows: list) -> list:
+    """A cell per (framework, scenario, fix) that was run, frameworks, scenarios and fixes in their order."""
     pairs = {}
     for r in rows:
-        pairs.setdefault((r["scenario"], r["variant"]), []).append(r)
+        pairs.setdefault((r.get("framework", "fastai"), r["scenario"], r["variant"]), []).append(r)
     out = []
-    for scenario in _order({s for s, _ in pairs}, SCENARIO_ORDER):
-        for fix in _order({f for _, f in pairs}, FIX_ORDER):
-            if (scenario, fix) in pairs:
-                out.append({"scenario": scenario, "fix": fix, **cell(pairs[(scenario, fix)])})
+    for framework in _order({k[0] for k in pairs}, FRAMEWORK_ORDER):
+        for scenario in _order({k[1] for k in pairs}, SCENARIO_ORDER):
+            for fix in _order({k[2] for k in pairs}, FIX_ORDER):
+                if (framework, scenario, fix) in pairs:
+                    out.append({"framework": framework, "scenario": scenario, "fix": fix,
+                                **cell(pairs[(framework, scenario, fix)])})
     return out
+
+
+def frameworks(cells: list) -> list:
+    return _order({c.get("framework", "fastai") for c in cells}, FRAMEWORK_ORDER)
+
+
+def fixes_shown(cells: list) -> list:
+    """The fixes with a cell that ran: a column that is n/a all the way down (a fix this framework has no
+    seam for) is left out; its reason stays in matrix.csv."""
+    return _order({c["fix"] for c in cells if c["verdict"] != "n/a"} or {c["fix"] for c in cells}, FIX_ORDER)
 
 
 def label(c: dict) -> str:
@@ -105,7 +121,12 @@ def md_label(c: dict) -> str:
 
 
 def markdown(cells: list, references: dict) -> str:
-    fixes = _order({c["fix"] for c in cells}, FIX_ORDER)
+    """The grid as a markdown table; with several frameworks, a table for each under its name."""
+    names = frameworks(cells)
+    if len(names) > 1:
+        return "\n\n".join(f"### {name}\n\n" + markdown([c for c in cells if c.get("framework", "fastai") == name],
+                                                          references) for name in names)
+    fixes = fixes_shown(cells)
     scenarios = _order({c["scenario"] for c in cells}, SCENARIO_ORDER)
     by = {(c["scenario"], c["fix"]): c for c in cells}
     lines = ["| scenario (reproduces) | " + " | ".join(fixes) + " |", "| --- |" + " --- |" * len(fixes)]
@@ -123,23 +144,28 @@ def matrix_figure(cells: list):
 
     from train import figures
 
-    fixes = _order({c["fix"] for c in cells}, FIX_ORDER)
-    scenarios = _order({c["scenario"] for c in cells}, SCENARIO_ORDER)
-    by = {(c["scenario"], c["fix"]): c for c in cells}
+    fixes = fixes_shown(cells)
+    several = len(frameworks(cells)) > 1
+    rows = [(f, s) for f in frameworks(cells)
+            for s in _order({c["scenario"] for c in cells if c.get("framework", "fastai") == f}, SCENARIO_ORDER)]
+    by = {(c.get("framework", "fastai"), c["scenario"], c["fix"]): c for c in cells}
     fig = figures.figure(1.5 + 1.75 * len(fixes), 1)  # its height is set below, once the title is wrapped
     ax = fig.subplots()
-    for y, s in enumerate(scenarios):
+    for y, (framework, s) in enumerate(rows):
         for x, f in enumerate(fixes):
-            c = by.get((s, f))
+            c = by.get((framework, s, f))
             if c is None:
                 continue
             ax.add_patch(Rectangle((x, y), 1, 1, facecolor=COLOURS.get(c["verdict"], "#ffffff"), edgecolor="white",
                                    linewidth=2))
             ax.text(x + 0.5, y + 0.5, label(c), ha="center", va="center", fontsize=8)
     ax.set_xlim(0, len(fixes))
-    ax.set_ylim(len(scenarios), 0)
+    ax.set_ylim(len(rows), 0)
     ax.set_xticks([i + 0.5 for i in range(len(fixes))], fixes)
-    ax.set_yticks([i + 0.5 for i in range(len(scenarios))], scenarios)
+    ax.set_yticks([i + 0.5 for i in range(len(rows))], [f"{f}: {s}" if several else s for f, s in rows])
+    for y in range(1, len(rows)):
+        if rows[y][0] != rows[y - 1][0]:  # a line between one framework's rows and the next's
+            ax.axhline(y, color="#636363", linewidth=1.5)
     ax.xaxis.tick_top()
     ax.tick_params(length=0)
     for side in ax.spines.values():
@@ -147,7 +173,7 @@ def matrix_figure(cells: list):
     present = [v for v in COLOURS if v in {c["verdict"] for c in cells}]
     key = figures.legend(fig, [Patch(color=COLOURS[v], label=v) for v in present], fontsize=8)
     title = fig.suptitle(figures.wrap(fig, TITLE, fontsize=10), fontsize=10)
-    figures.grow_to_fit(fig, 0.5 + 0.85 * len(scenarios), title, key)  # the cells and the fix names, then title and legend
+    figures.grow_to_fit(fig, 0.5 + 0.85 * len(rows), title, key)  # the cells and the fix names, then title and legend
     return fig
 
 

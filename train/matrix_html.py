@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from urllib.parse import quote
 
-from train.matrix import COLOURS, EXPLAINED, FIX_ORDER, SCENARIO_ORDER, TITLE, _order, label
+from train.matrix import COLOURS, EXPLAINED, SCENARIO_ORDER, TITLE, _order, fixes_shown, frameworks, label
 
 NO_SUMMARY = "no summary.json: the job died before it recorded a verdict"
 
@@ -26,20 +26,24 @@ def run_entry(root: Path, row: dict) -> dict:
     def link(name):  # relative to the page, which lies in root; None where the run has no such file
         path = run / name
         return f"{quote(row['job'])}/{quote(name)}{'/' if path.is_dir() else ''}" if path.exists() else None
-    return {"scenario": row["scenario"], "fix": row["variant"], "job": row["job"], "verdict": row["verdict"],
+    return {"framework": row.get("framework", "fastai"), "scenario": row["scenario"], "fix": row["variant"],
+            "job": row["job"], "verdict": row["verdict"],
             "explanation": explanation, "wall_s": row["wall_s"], "skew_s": row["skew_s"], "repeat": row["repeat"],
             "summary": link("summary.json"), "logs": link("logs"), "timeline": link("timeline.png")}
 
 
 def page_data(cells: list, runs: list, references: dict) -> dict:
-    """What the page draws: one grid per framework (today one, its framework unnamed), each cell with
-    its label's lines and its runs."""
-    grid = {"framework": "", "scenarios": _order({c["scenario"] for c in cells}, SCENARIO_ORDER),
-            "fixes": _order({c["fix"] for c in cells}, FIX_ORDER), "references": references,
-            "cells": [{**c, "label": label(c).split("\n"),
-                       "runs": [r for r in runs if (r["scenario"], r["fix"]) == (c["scenario"], c["fix"])]}
-                      for c in cells]}
-    return {"title": TITLE, "explained": EXPLAINED.replace("`", ""), "colours": COLOURS, "grids": [grid]}
+    """What the page draws: one grid per framework (a selector picks one when there are several), each
+    cell with its label's lines and its runs."""
+    grids = []
+    for framework in frameworks(cells):
+        mine = [c for c in cells if c.get("framework", "fastai") == framework]
+        grids.append({"framework": framework, "scenarios": _order({c["scenario"] for c in mine}, SCENARIO_ORDER),
+                      "fixes": fixes_shown(mine), "references": references,
+                      "cells": [{**c, "label": label(c).split("\n"),
+                                 "runs": [r for r in runs if (r.get("framework", "fastai"), r["scenario"], r["fix"]) ==
+                                          (framework, c["scenario"], c["fix"])]} for c in mine]})
+    return {"title": TITLE, "explained": EXPLAINED.replace("`", ""), "colours": COLOURS, "grids": grids}
 
 
 def script_json(data) -> str:
@@ -89,6 +93,7 @@ PAGE = """<!doctype html>
 <h1>Scenario x fix: {{name}}</h1>
 <p id="title"></p>
 <noscript>This page draws the matrix with JavaScript; matrix.md and matrix.csv beside it hold the same table.</noscript>
+<p id="frameworks" hidden><label for="framework">framework </label><select id="framework"></select></p>
 <div id="matrix"></div>
 <p class="explained" id="explained"></p>
 <section id="runs"><p>Click a cell to list its runs.</p></section>
@@ -96,7 +101,7 @@ PAGE = """<!doctype html>
 <script>
 "use strict";
 const data = JSON.parse(document.getElementById("data").textContent);
-const grid = data.grids[0];  // one grid per framework: a selector comes with a framework column
+let grid = data.grids[0];  // one grid per framework; the selector shows when there are several
 
 // an element with attributes and children; strings become text nodes, never markup
 function el(tag, attrs, ...children) {
@@ -123,8 +128,8 @@ function drawGrid() {
       return el("td", {}, button);
     }));
   });
-  document.getElementById("matrix").append(el("table", {class: "grid"}, el("thead", {}, head),
-                                                el("tbody", {}, ...rows)));
+  document.getElementById("matrix").replaceChildren(el("table", {class: "grid", "data-framework": grid.framework},
+                                                         el("thead", {}, head), el("tbody", {}, ...rows)));
 }
 
 function runItem(r) {
@@ -144,14 +149,27 @@ function showRuns(c, button) {
   for (const b of document.querySelectorAll("button.cell")) b.setAttribute("aria-pressed", String(b === button));
   const section = document.getElementById("runs");
   const what = c.runs.length === 1 ? "1 run" : `${c.runs.length} runs`;
-  section.replaceChildren(el("h2", {}, `${c.scenario} x ${c.fix}: ${what}`),
+  const where = data.grids.length > 1 ? `${grid.framework}: ` : "";
+  section.replaceChildren(el("h2", {}, `${where}${c.scenario} x ${c.fix}: ${what}`),
                           el("p", {class: "label"}, c.label.join("; ")),
                           ...(c.note ? [el("p", {class: "note"}, c.note)] : []),
                           el("ol", {}, ...c.runs.map(runItem)));
 }
 
+function pickFramework(name) {
+  grid = data.grids.find(g => g.framework === name);
+  drawGrid();
+  document.getElementById("runs").replaceChildren(el("p", {}, "Click a cell to list its runs."));
+}
+
 document.getElementById("title").textContent = data.title;
 document.getElementById("explained").textContent = data.explained;
+if (data.grids.length > 1) {
+  const select = document.getElementById("framework");
+  select.append(...data.grids.map(g => el("option", {value: g.framework}, g.framework)));
+  select.addEventListener("change", () => pickFramework(select.value));
+  document.getElementById("frameworks").hidden = false;
+}
 drawGrid();
 </script>
 </body>

@@ -21,7 +21,7 @@ from train.outcomes import OUTCOMES, saves
 from train.summary import align, save_png_atomic
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-FIELDS = ["job", "scenario", "variant", "skew_s", "skew_rank", "world_size", "epochs", "seed", "repeat", "status",
+FIELDS = ["job", "scenario", "framework", "variant", "skew_s", "skew_rank", "world_size", "epochs", "seed", "repeat", "status",
           "verdict", "replicas", *(f"n_{o}" for o in OUTCOMES), "nonsaver_wait_s",
           "nonsaver_read_vs_save_end_s", "wall_s", "note"]
 
@@ -68,7 +68,8 @@ def run_row(root: Path, run: Path, events: list) -> dict:
     others = [r["timings"] for r in ranks if r["rank"] != saver]
     ends = {e["event"]: e["t"] for e in events if e["rank"] == "launcher"}
     row = {
-        "job": str(run.relative_to(root)), "scenario": cfg.get("scenario") or "seed", "variant": cfg["callback"]["name"], "skew_s": cfg["skew"]["seconds"],
+        "job": str(run.relative_to(root)), "scenario": cfg.get("scenario") or "seed",
+        "framework": (cfg.get("framework") or {}).get("name", "fastai"), "variant": cfg["callback"]["name"], "skew_s": cfg["skew"]["seconds"],
         "skew_rank": cfg["skew"]["rank"], "world_size": cfg["world_size"], "epochs": cfg["epochs"],
         "seed": cfg["seed"], "repeat": cfg.get("repeat", 0), "status": status, "verdict": verdict,
         "replicas": s.get("replicas", ""), **{f"n_{o}": sum(r["outcome"] == o for r in ranks) for o in OUTCOMES},
@@ -81,13 +82,19 @@ def run_row(root: Path, run: Path, events: list) -> dict:
     return row
 
 
+def variant_of(row) -> str:
+    """The fix, named with its framework where that is not fastai: lightning:as_shipped."""
+    framework = row.get("framework", "fastai")
+    return row["variant"] if framework == "fastai" else f"{framework}:{row['variant']}"
+
+
 def aggregate(rows) -> list:
     """Per (scenario, variant, world size, skew): runs, races out of the runs that gave a verdict with
     its 95% interval, the runs not counted (rates.NOT_COUNTED), outcome counts and median waits."""
     groups = {}
     for row in rows:
         if row["verdict"] != "n/a":
-            groups.setdefault((row["scenario"], row["variant"], row["world_size"], float(row["skew_s"])),
+            groups.setdefault((row["scenario"], variant_of(row), row["world_size"], float(row["skew_s"])),
                               []).append(row)
     out = []
     for (scenario, variant, ws, skew), group in sorted(groups.items()):
