@@ -138,7 +138,7 @@ def cli(tmp_path, *overrides, env=None):
     ("nosuchkey=1", "error: nosuchkey: not a key of this config (python -m train.config lists them)"),
     ("skew=3", "error: skew=3: skew is a group of keys; set them one by one"),
     ("callback=nope", "error: callback=nope: no such option; one of agreed, as_shipped, atomic, barrier, broadcast, "
-                      "dcp, poll, save_on_each_node, unsynced"),
+                      "dcp, own, poll, save_on_each_node, unsynced"),
     ("scenario=nope", "error: scenario=nope: no such option; one of disagree, many_writers, no_shared_fs, "
                       "save_fails, seed, skip_if_missing, stale, torn"),
     ("backend=nccl", "error: backend='nccl': needs one GPU per rank: 3 ranks, 0 GPU(s) visible"),

@@ -37,6 +37,7 @@ from train.early import preload_list, stop_forkserver
 from train import nodes
 from train.events import LAUNCHER, EventLog, read_events
 from train.outcomes import judge, worst_status
+from train.own_class import check_own_class
 from train.plan import make_plan, this_machine
 from train.rank import rank_main
 from train.summary import environment, format_table, write_json_atomic
@@ -365,6 +366,8 @@ def main(dict_cfg) -> str:
     try:
         plan = make_plan(cfg, this_machine())
         nodes.node_disk_form(cfg)  # launch.node_disks=mount on a machine that cannot: refused here
+        if fix == "own":
+            check_own_class(cfg)
         check_data_reachable(cfg["data"])
         check_writable(run_dir)
     except ConfigError as e:

@@ -1,0 +1,9 @@
+"""A package of your own, outside race-lab, with checkpoint code to put through its scenarios.
+
+  fastai_marker.MarkerSaveModelCallback   fastai: the writer leaves a marker file once the checkpoint is
+                                          complete, and readers wait for the marker
+
+Run it (from the repository root; any folder works with the package on PYTHONPATH):
+  PYTHONPATH=examples race-lab -m scenario=seed,torn,stale callback=own \\
+      callback._target_=my_checkpoints.fastai_marker.MarkerSaveModelCallback world_size=2
+"""
