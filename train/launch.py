@@ -26,6 +26,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -67,8 +68,11 @@ def discard_run_dir(run_dir: Path):
 
 def check_data_reachable(data: dict):
     """A data set that needs a download must be reachable before any rank starts."""
-    if "url" not in data or Path(data["cache"]).expanduser().exists():
-        return
+    try:
+        if "url" not in data or Path(data["cache"]).expanduser().exists():
+            return
+    except (ValueError, OSError, RuntimeError) as e:  # a NUL byte, ~user that does not exist
+        raise ConfigError(f"data.cache={data['cache']!r}: not a usable path ({e})") from None
     try:
         urllib.request.urlopen(urllib.request.Request(data["url"], method="HEAD"), timeout=10).close()
     except (OSError, ValueError) as e:
@@ -349,8 +353,10 @@ def main(dict_cfg) -> str:
             return "invalid"
         sys.exit(EXIT_BAD_CONFIG)
 
-    cfg = nodes.from_slurm(OmegaConf.to_container(dict_cfg, resolve=True))
-    cfg["checkpoint"]["dir"] = str(Path(cfg["checkpoint"]["dir"]).resolve())
+    try:
+        cfg = nodes.from_slurm(resolved(dict_cfg))
+    except ConfigError as e:
+        return refuse(e)
     scenario, fix, framework = hydra_cfg.runtime.choices.get("scenario"), cfg["callback"]["name"], \
         cfg["framework"]["name"]
     reason = cfg["not_for"].get(fix) or cfg["not_for"].get(framework)  # set by the scenario and the framework
@@ -364,11 +370,7 @@ def main(dict_cfg) -> str:
         print(why, flush=True)
         return "n/a"
     try:
-        plan = make_plan(cfg, this_machine())
-        nodes.node_disk_form(cfg)  # launch.node_disks=mount on a machine that cannot: refused here
-        if fix == "own":
-            check_own_class(cfg)
-        check_data_reachable(cfg["data"])
+        plan = preflight(cfg, this_machine())
         check_writable(run_dir)
     except ConfigError as e:
         return refuse(e, discard=not (run_dir / "events").exists())
@@ -411,6 +413,44 @@ def main(dict_cfg) -> str:
             sys.exit(EXIT_EXPECT_MISMATCH)
         return "unexpected"
     return "ok"
+
+
+def resolved(dict_cfg) -> dict:
+    """The composed config as plain data, every interpolation resolved; one that does not resolve
+    (checkpoint.dir='${nope}') is a ConfigError naming the key."""
+    try:
+        return OmegaConf.to_container(dict_cfg, resolve=True)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "the config"
+        raise ConfigError(f"{key}: {first_line(e)}") from None
+
+
+def preflight(cfg: dict, machine, reach_data: bool = True):
+    """Every check of a resolved config before any rank starts: the schema's ranges, the rules across keys
+    and the machine (train/plan.py), the node disks, a class of your own, the data. Returns the plan;
+    raises ConfigError with one line. checkpoint.dir becomes absolute."""
+    try:
+        cfg["checkpoint"]["dir"] = str(Path(cfg["checkpoint"]["dir"]).resolve())
+    except (ValueError, OSError, TypeError) as e:  # a NUL byte, a path the OS refuses, not a string
+        raise ConfigError(f"checkpoint.dir={cfg['checkpoint']['dir']!r}: not a usable path ({e})") from None
+    plan = make_plan(cfg, machine)
+    check_folder_writable("checkpoint.dir", Path(cfg["checkpoint"]["dir"]))
+    nodes.node_disk_form(cfg)  # launch.node_disks=mount on a machine that cannot: refused here
+    if cfg["callback"]["name"] == "own":
+        check_own_class(cfg)
+    if reach_data:
+        check_data_reachable(cfg["data"])
+    return plan
+
+
+def check_folder_writable(key: str, folder: Path):
+    """A folder the run will write (creating it if need be): it, or the nearest folder above it that
+    exists, must be a folder this process may write."""
+    found = next(p for p in (folder, *folder.parents) if p.exists())
+    if not found.is_dir():
+        raise ConfigError(f"{key}={str(folder)!r}: {found} is a file, not a folder")
+    if not os.access(found, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key}={str(folder)!r}: cannot write in {found}")
 
 
 def check_writable(run_dir: Path):

@@ -7,7 +7,7 @@ with one line that names the key and the value.
 from dataclasses import dataclass
 
 from train.config import ConfigError, check
-from train.frameworks import adapter_exists
+from train.frameworks import is_adapter
 
 RANKS_PER_CORE = 4  # more CPU ranks than this per core only with launch.oversubscribe=true
 RANK_MEMORY_MIB = 600  # what one CPU rank needs (torch, fastai, a small model), measured here: ~450 MiB
@@ -62,15 +62,25 @@ def check_config(cfg: dict) -> None:
                  "HOST:PORT, reachable from all of them (torchrun's --rdzv-endpoint)")
         _require(cfg["rdzv"]["id"] != "auto", "rdzv.id", "auto", f"with nnodes={nodes} give every node the same id, "
                  "new for each run (torchrun's --rdzv-id)")
+    for key, value in (("checkpoint.name", cfg["checkpoint"]["name"]), ("callback.name", cfg["callback"]["name"]),
+                       ("framework.name", cfg["framework"]["name"]), ("rdzv.id", cfg["rdzv"]["id"])):
+        _require(is_name(value), key, value, "must be a name, not a path: 1 to 200 characters, no '/' or NUL, "
+                 "not '.' or '..'")  # each becomes part of a file or folder name
     framework = cfg["framework"]
-    _require(adapter_exists(framework["adapter"]), "framework.adapter", framework["adapter"],
-             "no such module (train/frameworks/ has one per framework)")
+    _require(is_adapter(framework["adapter"]), "framework.adapter", framework["adapter"],
+             "must name an adapter module, one that defines fit_and_load (train/frameworks/ has one per framework)")
     _require(framework["name"] == "fastai" or cfg["data"]["name"] == "digits", "data", cfg["data"]["name"],
              f"framework={framework['name']} trains on data=digits only")
     data = cfg["data"]
     if "classes" in data:
         _require(len(data["classes"]) == 2 and len(set(data["classes"])) == 2, "data.classes", data["classes"],
                  "must be two different digits")
+
+
+def is_name(text) -> bool:
+    """A name for one file or folder, never a path: not empty, no separator, not . or .., no NUL, not too long."""
+    return isinstance(text, str) and 0 < len(text) <= 200 and "/" not in text and "\0" not in text \
+        and text not in (".", "..")
 
 
 def ranks_on_this_host(cfg: dict) -> int:

@@ -20,9 +20,19 @@ def adapter(cfg: dict):
     return importlib.import_module(cfg["framework"]["adapter"])
 
 
-def adapter_exists(module: str) -> bool:
-    """Whether the adapter module is there, without importing it (nor its framework)."""
+def is_adapter(module: str) -> bool:
+    """Whether `module` is an adapter: a module whose source defines fit_and_load at its top level. Read
+    without importing it (nor its framework)."""
+    import ast
+
     try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError, TypeError):
         return False
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return False
+    try:
+        tree = ast.parse(open(spec.origin, encoding="utf-8").read())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return any(isinstance(node, ast.FunctionDef) and node.name == "fit_and_load" for node in tree.body)
