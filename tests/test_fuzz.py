@@ -179,3 +179,106 @@ def test_a_sample_of_planned_configs_runs_to_a_verdict_within_its_timeouts(choic
         assert done.returncode in (0, 1, 3), done.stderr[-2000:]  # a verdict, an unexpected one, the harness's
         assert sorted(p.name for p in where.iterdir()) == ["run"]
         assert (where / "run/summary.json").exists()
+
+
+# --- 2. the checkpoint a rank loads ----------------------------------------------------------------------
+
+MARKER = Path("/tmp/race-lab-fuzz-ran-code")  # a pickle that runs code creates it
+
+
+class RunsCode:
+    """Unpickling this runs code: it names a global (os.system) and calls it."""
+
+    def __reduce__(self):
+        return (os.system, (f"touch {MARKER}",))
+
+
+def model():
+    from train.frameworks.common import small_cnn
+
+    return small_cnn(1)
+
+
+def saved(obj) -> bytes:
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def wrong_state(draw_shape):
+    import torch
+
+    return {name: torch.zeros(draw_shape, dtype=torch.float64) for name in model().state_dict()}
+
+
+CHECKPOINT_BYTES = st.one_of(
+    st.binary(max_size=2048),  # random bytes
+    st.just(b""),  # an empty file
+    st.integers(0, 4000).map(lambda n: saved(model().state_dict())[:n]),  # a torn archive
+    st.tuples(st.integers(1, 3), st.integers(1, 3)).map(lambda s: saved(wrong_state(s))),  # wrong shapes, dtypes
+    st.just(saved({"x": RunsCode()})),  # torch's format, naming a global
+    st.sampled_from([0, 2, 4, 5]).map(lambda p: __import__("pickle").dumps(RunsCode(), protocol=p)),  # a bare pickle
+    st.just(saved([1, 2, 3])),  # valid, but not a state dict
+)
+
+
+def outcome_of_reading(path: Path):
+    """What a rank records for this file: the fixes' own read (fastai's load_model, weights_only=True),
+    classified as train/outcomes.py does: (outcome, sentence)."""
+    from fastai.learner import load_model
+
+    from train.frameworks.common import error_fields
+    from train.outcomes import classify_load_error, load_error_sentence
+
+    try:
+        load_model(path, model(), None, with_opt=False, device="cpu", weights_only=True)
+    except Exception as e:
+        fields_ = error_fields(e)
+        return classify_load_error(fields_["error_type"], fields_["message"], fields_["in_reader"]), \
+            load_error_sentence(fields_["error_type"], fields_["message"])
+    return "loaded", ""
+
+
+@given(CHECKPOINT_BYTES)
+@example(b"")
+def test_every_checkpoint_file_reads_to_an_outcome_with_a_sentence_and_runs_no_code(tmp_path_factory, data):
+    from train.outcomes import OUTCOMES
+
+    MARKER.unlink(missing_ok=True)
+    path = tmp_path_factory.mktemp("ckpt") / "best.pth"
+    path.write_bytes(data)
+    outcome, sentence = outcome_of_reading(path)
+    assert outcome in OUTCOMES and outcome != "error", (outcome, sentence)  # the file's fault, not the harness's
+    assert outcome == "loaded" or re.fullmatch(r"\w+(: |, )\S.*", sentence), sentence
+    assert not MARKER.exists(), "the checkpoint ran code"
+
+
+def test_a_directory_where_the_checkpoint_should_be_is_a_corrupt_read(tmp_path):
+    (tmp_path / "best.pth").mkdir()
+    assert outcome_of_reading(tmp_path / "best.pth")[0] == "corrupt"
+
+
+@given(st.one_of(st.binary(max_size=512), st.sampled_from([0, 2, 4, 5]).map(
+    lambda p: __import__("pickle").dumps(RunsCode(), protocol=p))))
+@example(__import__("pickle").dumps(RunsCode(), protocol=4))  # torch's reader would run it (found 2026-12-01)
+def test_a_dcp_metadata_that_lies_is_refused_and_runs_no_code(tmp_path_factory, metadata):
+    import torch.distributed.checkpoint as dcp
+
+    from train.fixes import dcp_load
+    from train.frameworks.common import error_fields
+    from train.outcomes import classify_load_error
+
+    MARKER.unlink(missing_ok=True)
+    folder = tmp_path_factory.mktemp("dcp") / "best.dcp"
+    dcp.save({"model": model().state_dict()}, checkpoint_id=str(folder), no_dist=True)
+    (folder / ".metadata").write_bytes(metadata)
+    with pytest.raises(Exception) as raised:  # an Exception, which the fixes record (dcp's own is a BaseException)
+        dcp_load({"model": model().state_dict()}, folder, no_dist=True)
+    fields_ = error_fields(raised.value)
+    assert classify_load_error(fields_["error_type"], fields_["message"], fields_["in_reader"]) in \
+        ("corrupt", "unsafe"), fields_
+    assert not MARKER.exists(), "the .metadata ran code"

@@ -23,7 +23,7 @@ from fastai.learner import load_model
 from fastai.torch_core import get_model, rank_distrib
 from torch.nn.parallel import DistributedDataParallel
 
-from train.fixes import SyncFailed, agree, atomic_write, broadcast_read, wait_for_file, watched
+from train.fixes import SyncFailed, agree, atomic_write, broadcast_read, dcp_load, dcp_save, wait_for_file, watched
 from train.frameworks.common import error_fields, local_rank, say, weights_digest
 
 
@@ -248,7 +248,7 @@ class DcpSaveModelCallback(RaceSaveModelCallback):
         if dist.get_rank() == 0:
             self.events.record("save_start", epoch=self.epoch, path=str(self.checkpoint))
         try:
-            dcp.save(state, checkpoint_id=str(self.checkpoint))
+            dcp_save(state, self.checkpoint)
         except Exception as e:  # e.g. the coordinator cannot read a peer's part: no shared filesystem
             self.save_ok = False
             if dist.get_rank() == 0:
@@ -266,7 +266,7 @@ class DcpSaveModelCallback(RaceSaveModelCallback):
 
         self.record_load_attempt()
         state = {"model": get_model(self.learn.model).state_dict()}
-        dcp.load(state, checkpoint_id=str(self.checkpoint))
+        dcp_load(state, self.checkpoint)  # its .metadata runs no foreign code; a failure is recorded, not fatal
         get_model(self.learn.model).load_state_dict(state["model"])
 
 

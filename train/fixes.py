@@ -108,3 +108,70 @@ def agree(events, decide) -> bool:
         events.record("skip", reason=f"{decision[0]['why']}: every rank agreed not to load")
         say(f"Not loading: {decision[0]['why']}.")
     return decision[0]["load"]
+
+
+# --- torch.distributed.checkpoint without foreign code ---------------------------------------------------
+
+class CheckpointFailed(Exception):
+    """dcp's CheckpointException, which derives from BaseException (torch 2.14), as an Exception that the
+    fixes record instead of dying on; `failures` is the same per-rank map of what each rank raised."""
+
+    def __init__(self, e):
+        super().__init__(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+        self.failures = getattr(e, "failures", {})
+
+
+def dcp_save(state: dict, path):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        dcp.save(state, checkpoint_id=str(path))
+    except CheckpointException as e:
+        raise CheckpointFailed(e) from None
+
+
+def dcp_load(state: dict, path, **options):
+    """dcp.load into `state` with safe_dcp_reader: its .metadata runs no foreign code."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        dcp.load(state, checkpoint_id=str(path), storage_reader=safe_dcp_reader(path), **options)
+    except CheckpointException as e:
+        raise CheckpointFailed(e) from None
+
+
+def safe_dcp_reader(path):
+    """dcp's FileSystemReader for `path`, except that `.metadata` is unpickled with only the classes dcp
+    writes there. torch 2.14's own reader calls pickle.load on it, which runs whatever the file names:
+    a checkpoint folder from elsewhere could run code on every rank (found by tests/test_fuzz.py)."""
+    import pickle
+
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class MetadataUnpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) in DCP_METADATA_GLOBALS or (module == "torch" and name in DTYPES) or \
+                    (module == "torch.distributed.checkpoint.metadata" and not name.startswith("__")):
+                return super().find_class(module, name)
+            raise pickle.UnpicklingError(f"{module}.{name} is not something dcp writes in .metadata: not loaded")
+
+    class SafeReader(FileSystemReader):
+        def read_metadata(self, *args, **kwargs):
+            rank = kwargs.get("rank")
+            with open(Path(self.path) / (".metadata" if rank is None else f"__{rank}.metadata"), "rb") as f:
+                metadata = MetadataUnpickler(f).load()
+            if getattr(metadata, "storage_meta", None) is None:  # as torch's own reader does
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return SafeReader(path)
+
+
+DCP_METADATA_GLOBALS = {("pathlib", "PosixPath"), ("torch", "Size"), ("torch.serialization", "_get_layout"),
+                        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("collections", "OrderedDict")}
+DTYPES = {"float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+          "complex64", "complex128"}

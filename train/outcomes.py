@@ -14,7 +14,7 @@ Each rank's outcome:
   skipped  it did not load: it looked and saw no file, or every rank agreed not to
   stale    it loaded an older checkpoint (an earlier save, or a file this run never wrote)
   missing  it tried to load and there was no file
-  corrupt  it read a partly written or unreadable file
+  corrupt  it read a partly written or unreadable file, or one that holds no checkpoint of this model
   unsafe   the file held code, and weights_only=True refused to run it
   timeout  its sync waited past timeout.collective_s (or the run past timeout.run_s)
   aborted  the launcher stopped it after a peer failed, or its sync broke when a peer died
@@ -36,7 +36,9 @@ VERDICTS = ("clean", "race", "save_failed", "error", "interrupted")
 
 # What torch.load says about a partly written or unreadable file.
 _CORRUPT_TYPES = {"UnpicklingError", "EOFError", "BadZipFile"}
-_CORRUPT_TEXT = ("PytorchStreamReader", "zip archive", "central directory", "unexpected EOF", "truncated")
+_CORRUPT_TEXT = ("PytorchStreamReader", "zip archive", "central directory", "unexpected EOF", "truncated",
+                 "Error(s) in loading state_dict", "Expected state_dict to be dict-like",  # a file, not of this model
+                 "metadata read failed")  # dcp's .metadata
 _UNSAFE_TEXT = "Weights only load failed"
 
 
@@ -88,14 +90,27 @@ def is_corrupt_read(error_type: str, message: str) -> bool:
     return half_file or error_type in _CORRUPT_TYPES or any(s in message for s in _CORRUPT_TEXT)
 
 
-def classify_load_error(error_type: str, message: str) -> str:
+def classify_load_error(error_type: str, message: str, in_reader: bool = False) -> str:
+    """in_reader: raised while the file's bytes were decoded (train/frameworks/common.py's error_fields)."""
     if error_type == "FileNotFoundError":
         return "missing"
+    if error_type == "IsADirectoryError":  # a folder where the file should be: nothing readable
+        return "corrupt"
     if _UNSAFE_TEXT in message:
         return "unsafe"
-    if is_corrupt_read(error_type, message):
+    if in_reader or is_corrupt_read(error_type, message):
         return "corrupt"
     return "error"
+
+
+def load_error_sentence(error_type: str, message: str) -> str:
+    """What a failed read says, even when the error itself says nothing (torch.load of an empty file:
+    EOFError with no message)."""
+    if short(message):
+        return f"{error_type}: {short(message)}"
+    if error_type == "EOFError":
+        return "EOFError: the file ended before a whole checkpoint (empty or cut short)"
+    return f"{error_type}, with no message"
 
 
 def _never_came(events, how, rank) -> list:
@@ -135,11 +150,11 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
 
     failed = _last(mine, "load_error")
     if failed:
-        outcome = classify_load_error(failed["error_type"], failed["message"])
+        outcome = classify_load_error(failed["error_type"], failed["message"], failed.get("in_reader", False))
         seen = (_last(mine, "load_attempt") or {}).get("bytes")
         if outcome == "error" and last_written and seen is not None and seen < last_written.get("bytes", 0):
             outcome = "corrupt"  # it read a file shorter than the finished checkpoint
-        return result(outcome, f"{failed['error_type']}: {short(failed['message'])}")
+        return result(outcome, load_error_sentence(failed["error_type"], failed["message"]))
 
     failures = [e for e in launcher if e["event"] == "rank_failed"]
     sync = _last(mine, "sync_error")

@@ -15,6 +15,7 @@ A save's digest and a read's digest are both weights_digest over the same state 
 """
 import hashlib
 import os
+import traceback
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -44,11 +45,24 @@ def weights_digest(state) -> str:
     return h.hexdigest()[:16]
 
 
+READERS = ("torch/serialization.py", "torch/_weights_only_unpickler.py", "/zipfile.py", "/pickle.py",
+           "safetensors/torch.py")  # where an exception means the file's bytes could not be read
+
+
 def error_fields(e: BaseException) -> dict:
+    """An exception as event fields; in_reader: it was raised while a checkpoint's bytes were decoded
+    (torch.load of garbage raises IndexError, KeyError, ... from its unpickler). dcp's CheckpointException
+    stands for the first rank's own exception, which is what is recorded."""
+    failures = getattr(e, "failures", None)  # rank -> (exception, its stack)
+    first = next(iter(failures.values()), None) if isinstance(failures, dict) else None
+    if isinstance(first, tuple) and first and isinstance(first[0], BaseException):
+        e = first[0]
     message = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
     error_type = getattr(e, "error_type", type(e).__name__)
     timed_out = "timed out" in str(e).lower() or "timeout" in error_type.lower()
-    return {"error_type": error_type, "message": message, "timed_out": timed_out}
+    frames = traceback.extract_tb(e.__traceback__)
+    in_reader = bool(frames) and frames[-1].filename.endswith(READERS)
+    return {"error_type": error_type, "message": message, "timed_out": timed_out, "in_reader": in_reader}
 
 
 def say(text):
