@@ -32,6 +32,12 @@ Fixes (cfg["callback"]["name"]):
   broadcast           on_train_end: rank 0 reads its best file, every rank takes those weights (fixes.broadcast_read)
   agreed              a failed save is recorded and training goes on; before the load rank 0 decides for every
                       rank whether to load (fixes.agree); not loading = best_model_checkpoint None on every rank
+
+Measured, and why: small_cnn's BatchNorm running statistics differ between the DDP ranks after every epoch (each
+rank updates them on its own batches; the Trainer evaluates the unwrapped model, so DDP never evens them out
+before a save). So save_on_each_node's two copies differ (each node loads its own: race), and ranks that all
+skip the load (agreed on save_fails) still end apart (race, not save_failed). Only a read of ONE file by every
+rank (a shared filesystem, or broadcast) ends with equal replicas.
 """
 import logging
 import os
@@ -39,8 +45,6 @@ import shutil
 
 import numpy as np
 import safetensors.torch
-import torch
-import torch.distributed as dist
 from torch import nn
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.utils import logging as hf_logging
