@@ -257,6 +257,16 @@ def test_a_rank_that_finds_no_file_on_its_own_node_is_told_where_the_file_is():
     assert "own disk" not in judge(shared, 2).explanation  # a shared filesystem: no such claim
 
 
+def test_a_missing_file_that_the_framework_only_warned_about_says_so():
+    events = launch("ok", *saver(end=12.0), *loader(1, 12.05, error_type="FileNotFoundError",
+                                                     message="the Trainer only warned and kept its training weights "
+                                                             "(\"Could not locate the best model at x\")"))
+    verdict = judge(events, 2)
+    assert [r.outcome for r in verdict.ranks] == ["loaded", "missing"]
+    assert verdict.explanation.startswith("race: rank 1 tried to load (FileNotFoundError: the Trainer only warned and "
+                                          "kept its training weights); the replicas diverged")
+
+
 # --- every branch of the classification, its outcome and its detail ---------------------------------------
 
 def detail(rank, events):

@@ -40,6 +40,8 @@ _CORRUPT_TEXT = ("PytorchStreamReader", "zip archive", "central directory", "une
                  "Error(s) in loading state_dict", "Expected state_dict to be dict-like",  # a file, not of this model
                  "metadata read failed")  # dcp's .metadata
 _UNSAFE_TEXT = "Weights only load failed"
+# A missing file that the framework only warned about (transformers' Trainer): the adapter's load_error says so.
+ONLY_WARNED = "only warned"
 
 
 @dataclass
@@ -292,6 +294,8 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
         when = f" {_span(leads)} before {saver} finished saving" if leads and name != "unsafe" else \
             (" and no save finished" if not written and name == "missing" else "")
         why = f" ({group[0].detail.split(':')[0]})" if name in ("missing", "corrupt") and group[0].detail else ""
+        if name == "missing" and ONLY_WARNED in group[0].detail:  # no error raised: say what the framework did
+            why = f" ({group[0].detail.split(' (')[0]})"
         if name == "missing" and written and not leads:
             why += _not_on_this_node(events, group, written[-1])
         parts.append(f"{_ranks(o.rank for o in group)} {what}{when}{why}")
