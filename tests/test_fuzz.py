@@ -282,3 +282,85 @@ def test_a_dcp_metadata_that_lies_is_refused_and_runs_no_code(tmp_path_factory, 
     assert classify_load_error(fields_["error_type"], fields_["message"], fields_["in_reader"]) in \
         ("corrupt", "unsafe"), fields_
     assert not MARKER.exists(), "the .metadata ran code"
+
+
+# --- 3. the records a crash leaves -----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def real_records(tmp_path_factory):
+    """A real sweep of two jobs and a real two-node run (each node's own records), made once."""
+    from conftest import multirun, run_train
+
+    root = tmp_path_factory.mktemp("records")
+    done = multirun(root / "sweep", "scenario=seed", "callback=unsynced,barrier", "world_size=2", "epochs=2",
+                    "skew.seconds=0.5")
+    assert done.returncode == 0, done.stderr[-2000:]
+    nodes = run_train(root / "nodes", "scenario=no_shared_fs", "callback=broadcast", "epochs=2", "skew.seconds=0.5")
+    assert nodes.rc == 0, nodes.err[-2000:]
+    return root
+
+
+def record_files(root: Path) -> list:
+    return sorted(p for p in root.rglob("*") if p.is_file() and (p.suffix == ".jsonl" or p.name in
+                                                                 ("summary.json", "node_summary.json", "config.yaml")))
+
+
+MUTATIONS = st.lists(st.tuples(st.sampled_from(["cut", "garbage", "delete", "swap"]), st.integers(0, 10**6),
+                               st.sampled_from(["{", "not json", '{"t": "x"}', "[1, 2]", "\x00\x01", '{"event": 1}',
+                                                '{"t": 1.0, "rank": 0, "event": "load_done"}', "null", ""])),
+                     min_size=1, max_size=4)
+
+
+def mutate(root: Path, mutations):
+    """What a crash (or a careless copy) leaves: a file cut anywhere, a garbage line, a file gone, a node's
+    summary swapped for another run's."""
+    import shutil
+
+    for kind, at, text in mutations:
+        files = record_files(root)
+        if not files:
+            return
+        path = files[at % len(files)]
+        if kind == "cut":
+            data = path.read_bytes()
+            path.write_bytes(data[:at % (len(data) + 1)])
+        elif kind == "garbage":
+            with open(path, "a") as f:
+                f.write(text + "\n")
+        elif kind == "delete":
+            path.unlink()
+        elif kind == "swap":
+            others = [p for p in files if p.name == path.name and p != path]
+            if others:
+                shutil.copyfile(others[at % len(others)], path)
+
+
+@settings(max_examples=10 if os.environ.get("RACE_LAB_FUZZ") != "long" else 500)  # each writes a whole report
+@given(MUTATIONS)
+@example([("cut", 5, "")])  # a summary.json cut short raised JSONDecodeError (found 2026-12-01)
+@example([("garbage", 0, '{"event": 1}')])  # a JSON line that is no event raised KeyError
+def test_report_and_merge_build_what_they_can_and_never_raise(real_records, tmp_path_factory, mutations):
+    import contextlib
+    import io
+    import shutil
+
+    from train.report import main as report
+
+    copy = tmp_path_factory.mktemp("mutated") / "records"
+    shutil.copytree(real_records, copy)
+    mutate(copy, mutations)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            report([str(copy / "sweep")])
+        except SystemExit as e:  # nothing readable at all: one line that says why
+            assert str(e.code).startswith("error: ") and "\n" not in str(e.code), e.code
+        nodes = [str(copy / "nodes/nodes/node0"), str(copy / "nodes/nodes/node1")]
+        code = report(["--merge", *nodes, "--out", str(copy / "merged")])
+    assert code in (0, 2, None)
+    if code == 2:
+        assert re.fullmatch(r"error: [^\n]+\n", err.getvalue()), err.getvalue()
+    said = out.getvalue()
+    assert "Traceback" not in said + err.getvalue()
+    skipped_lines = [line for line in said.splitlines() if line.startswith("skipped")]
+    assert len(skipped_lines) <= 1

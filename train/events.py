@@ -36,13 +36,30 @@ class EventLog:
         self._file.close()
 
 
-def read_events(run_dir) -> list:
-    """All events of a run, oldest first. A torn last line (a process killed mid-write) is skipped."""
+def is_record(entry) -> bool:
+    """An event as EventLog writes it: a JSON object with a time, a rank and an event name."""
+    return isinstance(entry, dict) and isinstance(entry.get("t"), (int, float)) and not isinstance(entry["t"], bool) \
+        and isinstance(entry.get("rank"), (int, str)) and isinstance(entry.get("event"), str)
+
+
+def read_events(run_dir, skipped: list = None) -> list:
+    """All events of a run, oldest first. A line that is not a record (the torn last line of a process
+    killed mid-write, garbage) is left out; with `skipped`, a reason for each is appended to it."""
     events = []
     for path in sorted(events_dir(run_dir).glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError as e:
+            if skipped is not None:
+                skipped.append(f"{path}: unreadable ({e.strerror or e})")
+            continue
+        for n, line in enumerate(lines, 1):
             try:
-                events.append(json.loads(line))
+                entry = json.loads(line)
             except json.JSONDecodeError:
-                continue
+                entry = None
+            if is_record(entry):
+                events.append(entry)
+            elif skipped is not None and line.strip():
+                skipped.append(f"{path.name} line {n}: not an event record (cut short by a crash?)")
     return sorted(events, key=lambda e: e["t"])

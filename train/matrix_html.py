@@ -20,8 +20,11 @@ NO_SUMMARY = "no summary.json: the job died before it recorded a verdict"
 def run_entry(root: Path, row: dict) -> dict:
     """One run as the page lists it, from its report row and its dir (the explanation is in summary.json)."""
     run = root / row["job"]
-    summary = run / "summary.json"
-    explanation = json.loads(summary.read_text())["explanation"] if summary.exists() else NO_SUMMARY
+    try:
+        summary = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):  # none (the job died first), or one cut short
+        summary = None
+    explanation = summary.get("explanation", NO_SUMMARY) if isinstance(summary, dict) else NO_SUMMARY
 
     def link(name):  # relative to the page, which lies in root; None where the run has no such file
         path = run / name

@@ -77,7 +77,14 @@ def read_node(run_dir: Path) -> dict:
     path = Path(run_dir) / NODE_SUMMARY
     if not path.exists():
         raise ConfigError(f"{run_dir}: no {NODE_SUMMARY} (not the run dir of one node of a multi-node run)")
-    return json.loads(path.read_text())
+    try:
+        node = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: unreadable ({type(e).__name__}), cut short by a crash?") from None
+    keys = {"node_rank", "nnodes", "rdzv", "config", "status"}
+    if not isinstance(node, dict) or not keys <= set(node) or not isinstance(node.get("rdzv"), dict):
+        raise ConfigError(f"{path}: not a node summary (it lacks {', '.join(sorted(keys - set(node or {})))})")
+    return node
 
 
 def check_same_run(nodes: list, dirs: list):

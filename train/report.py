@@ -50,11 +50,28 @@ def _median(values):
     return round(statistics.median(values), 3) if values else ""
 
 
+def unreadable(e: BaseException) -> str:
+    """Why a record could not be used, in a few words."""
+    if isinstance(e, json.JSONDecodeError):
+        return "summary.json is not whole JSON"
+    if isinstance(e, FileNotFoundError):
+        return f"no {Path(e.filename).name if e.filename else 'file'}"
+    return f"{type(e).__name__}: {str(e)[:80]}"
+
+
+def read_summary(run: Path):
+    """summary.json as a dict, or None where there is none, or one cut short (a crash while writing)."""
+    try:
+        summary = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) and {"config", "status", "verdict", "ranks"} <= set(summary) else None
+
+
 def run_row(root: Path, run: Path, events: list) -> dict:
     """One CSV row. A job with no summary.json crashed before it could record a verdict."""
-    summary_path = run / "summary.json"
-    if summary_path.exists():
-        s = json.loads(summary_path.read_text())
+    s = read_summary(run)
+    if s is not None:
         cfg, status, verdict, ranks = s["config"], s["status"], s["verdict"], s["ranks"]
         note = s["explanation"] if verdict == "n/a" else ""
     else:
@@ -249,8 +266,8 @@ def plot_timeline(run: Path, events: list, path: Path):
 def draw_timeline(run: Path, events: list = None) -> bool:
     """timeline.png in a run dir that has a verdict to show (a job that crashed or was n/a has none);
     True when drawn."""
-    summary = run / "summary.json"
-    if not summary.exists() or json.loads(summary.read_text()).get("verdict") == "n/a":
+    summary = read_summary(run)
+    if summary is None or summary.get("verdict") == "n/a":
         return False
     plot_timeline(run, read_events(run) if events is None else events, run / "timeline.png")
     return True
@@ -263,8 +280,17 @@ def write_report(root, drawn=frozenset()) -> str:
     runs = find_runs(root)
     if not runs:
         raise SystemExit(f"error: no runs under {root} (a run dir has a .hydra/ folder)")
-    events = {run: read_events(run) for run in runs}
-    rows = [run_row(root, run, events[run]) for run in runs]
+    skipped = []  # what could not be read, each with its reason: said in one line at the end
+    events = {run: read_events(run, skipped) for run in runs}
+    rows = []
+    for run in list(runs):
+        try:
+            rows.append(run_row(root, run, events[run]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError) as e:
+            skipped.append(f"{run.relative_to(root) or run.name}: left out of the report ({unreadable(e)})")
+            runs.remove(run)
+    if not rows:
+        raise SystemExit(f"error: no readable runs under {root}: " + "; ".join(skipped))
     with open(root / "report.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
@@ -284,8 +310,13 @@ def write_report(root, drawn=frozenset()) -> str:
     drawn = {Path(run).resolve() for run in drawn}
     for run in runs:
         if run.resolve() not in drawn:
-            draw_timeline(run, events[run])
+            try:
+                draw_timeline(run, events[run])
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+                skipped.append(f"{run.relative_to(root)}: no timeline ({unreadable(e)})")
     out = f"{table}\n\nreport: {root / 'report.md'}"
+    if skipped:
+        out += f"\nskipped {len(skipped)}: " + "; ".join(skipped[:5]) + ("; ..." if len(skipped) > 5 else "")
     if len({(r["scenario"], r["variant"]) for r in rows}) > 1:
         out += f"\n\n{write_matrix(root, rows, CONFIGS)}\n\nmatrix: {root / 'matrix.md'}, {root / 'matrix.png'}, {root / 'matrix.html'}"
     return out
