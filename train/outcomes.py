@@ -124,11 +124,10 @@ def _place(peer: int, place: dict, events) -> str:
     """Where a peer was when a rank's sync could never end, in words (place: train/hang.py's)."""
     if place["at"] == "sync":
         return f"rank {peer} waited in its {place['how']} instead"
-    skipped = any(e["rank"] == peer and e["event"] == "skip" for e in events)
-    went = "skipped the load and went on" if skipped else "went on"
+    skipped = "skipped the load and " if any(e["rank"] == peer and e["event"] == "skip" for e in events) else ""
     if place["at"] == "end":
-        return f"rank {peer} {went} to the end of the run without entering it"
-    return f"rank {peer} {went} and had left the run without entering it"
+        return f"rank {peer} {skipped}went on to the end of the run without entering it"
+    return f"rank {peer} {skipped}had left the run without entering it"  # done
 
 
 def hang_detail(hang: dict, events) -> str:
