@@ -8,12 +8,14 @@ rank 1 waits), nothing fires and the ranks meet.
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch.distributed as dist
 
 from conftest import ROOT, processes_tagged, tagged_env
 from train import hang
+from train.bench import hang_to_end
 
 
 def sync(how, n):
@@ -75,6 +77,7 @@ def test_a_collective_the_peer_went_past_is_named_at_once_not_waited_out(cells, 
     assert [(e["rank"], e["sync"], e["waiting_for"], e["peers"]["1"]["at"]) for e in hung] == [(0, fix, [1], "end")]
     assert not any(e.get("timed_out") for e in events), "a wait ran to timeout.collective_s"
     assert s["status"] in ("ok", "failed")  # failed: the rank had to be ended with EXIT_HUNG; never a harness error
+    assert hang_to_end(Path(s["run_dir"])) is not None  # make bench's figure reads from these events (no time asserted)
 
 
 @pytest.mark.parametrize("fix", ["barrier", "broadcast"])
