@@ -3,7 +3,8 @@
 With real ranks (world_size=2, one Hydra multirun so later jobs fork from a warm forkserver): when the ranks
 disagree on the file, rank 0 waits in a collective that rank 1 went past; the run names it at once (a hang
 event, no timed-out wait) and ends. Where rank 0 is merely late (the seed: it stalls before its last save while
-rank 1 waits), nothing fires and the ranks meet.
+rank 1 waits), nothing fires and the ranks meet. Two ranks paired in two different collectives (a fix of the
+tests' own, tests/mismatched_syncs.py) have no peer at the end to release them: they are ended with EXIT_HUNG.
 """
 import json
 import subprocess
@@ -87,3 +88,24 @@ def test_a_peer_that_is_only_late_never_counts(cells, fix):
     assert not any(e["event"] == "hang" for e in events)
     waited = next(e for e in events if e["event"] == "sync_enter" and e["rank"] == 1)
     assert waited["t"] < next(e for e in events if e["event"] == "save_end")["t"]  # rank 1 did wait for the late one
+
+
+def test_two_ranks_in_two_different_collectives_are_named_and_ended(train):
+    """Rank 0 in a barrier, rank 1 in a broadcast (tests/mismatched_syncs.py): no peer is at the end to
+    release, so each rank that sees it is ended with EXIT_HUNG; the run is a race, not a harness error."""
+    run = train("world_size=2", "callback=barrier", "callback._target_=mismatched_syncs.MismatchedSyncsSaveModelCallback",
+                "skew.seconds=0", env={"PYTHONPATH": str(ROOT / "tests")})
+    assert run.rc == 0, run.out[-3000:] + run.err[-3000:]
+    s = run.summary
+    assert (s["verdict"], s["status"]) == ("race", "failed"), s["explanation"]
+    # the rank that came second sees the other at once and ends; the first sees it too, or its wait breaks
+    # when the other is gone (aborted): which one is the machine's timing, either is true
+    details = {0: "its barrier could never end: rank 1 waited in its agree instead",
+               1: "its agree could never end: rank 0 waited in its barrier instead"}
+    hung = [r["rank"] for r in s["ranks"] if r["outcome"] == "hung"]
+    assert hung and {r["outcome"] for r in s["ranks"]} <= {"hung", "aborted"}, s["explanation"]
+    assert all(s["ranks"][r]["detail"] == details[r] for r in hung)
+    failed = [e for e in run.events if e["event"] == "rank_failed"]
+    assert failed[0]["exitcode"] == hang.EXIT_HUNG and failed[0]["failed_rank"] in hung
+    assert not any(e.get("timed_out") for e in run.events)
+    assert not processes_tagged(str(run.dir))

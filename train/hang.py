@@ -31,7 +31,7 @@ import torch.distributed as dist
 COLLECTIVES = ("barrier", "broadcast", "agree")  # watched waits that every rank must enter (train/fixes.py)
 POLL_S = 0.1  # how often a watcher reads its peers' places
 STORE_TIMEOUT_S = 2.0  # a store read that takes longer means the store is gone: the watcher stops
-PEERS_LEAVE_S = 1.5  # after a hang, how long the released peers have to break the wait before os._exit
+PEERS_LEAVE_S = 1.0  # after a hang, how long peers released from the end have to break the wait (os._exit then)
 EXIT_HUNG = 124  # the hung rank's exit code (as coreutils' timeout: its wait was cut short)
 DONE, ALL_DONE = "race-lab/done", "race-lab/all-done"  # ranks counted in at the end; set once all are
 
@@ -123,8 +123,9 @@ def _watch(events, mine: dict, stop: threading.Event):
 
 def _end_hung(events, s, mine: dict, peers: dict, blocked: list, world_size: int, stop: threading.Event):
     """Record the hang and release the peers waiting at the end. Once they leave, their connections close
-    and the wait breaks, so the rank usually ends by its own path within milliseconds; a wait still held
-    after PEERS_LEAVE_S (a peer in another sync) ends the rank with os._exit."""
+    and the wait breaks, so the rank goes on by its own path within milliseconds; a wait still held after
+    PEERS_LEAVE_S, or at once when no peer it waits for was at the end (one waits in another sync), ends
+    the rank with os._exit."""
     from train.frameworks.common import say
 
     certain_at = max([mine["t"]] + [peers[r]["t"] for r in blocked])  # when the last fact it rests on held
@@ -137,5 +138,6 @@ def _end_hung(events, s, mine: dict, peers: dict, blocked: list, world_size: int
     try:
         count_in(s, world_size)
     finally:
-        if not stop.wait(PEERS_LEAVE_S):  # gloo's C++ wait is still held: no thread can interrupt it
+        released = any(peers[r]["at"] == "end" for r in blocked)
+        if not stop.wait(PEERS_LEAVE_S if released else 0):  # gloo's C++ wait still held: no thread can end it
             os._exit(EXIT_HUNG)
