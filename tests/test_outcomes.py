@@ -540,6 +540,14 @@ def test_a_hung_rank_says_where_each_peer_was(place, words):
                                     "entering it"
 
 
+def test_a_hung_rank_names_every_peer_it_waited_for():
+    peers = {"1": {"at": "end", "n": 0, "t": T0 + 6.0}, "2": {"at": "sync", "how": "agree", "n": 1, "t": T0 + 7.0}}
+    events = launch("ok", ev(9.01, 0, "sync_enter", how="barrier"),
+                    ev(9.03, 0, "hang", sync="barrier", n=1, waiting_for=[1, 2], peers=peers, certain_at=T0 + 9.02))
+    assert detail(0, events) == ("hung", "its barrier could never end: rank 1 went on to the end of the run without "
+                                         "entering it; rank 2 waited in its agree instead")
+
+
 def test_saves_are_the_completed_ones_oldest_first_and_spans_read_well():
     events = [ev(1, 0, "save_start"), ev(2, 0, "save_end", digest="a"), ev(3, 0, "save_error"),
               ev(4, 0, "save_end", digest="b")]

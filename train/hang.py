@@ -28,6 +28,8 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from train.frameworks.common import say
+
 COLLECTIVES = ("barrier", "broadcast", "agree")  # watched waits that every rank must enter (train/fixes.py)
 POLL_S = 0.1  # how often a watcher reads its peers' places
 STORE_TIMEOUT_S = 2.0  # a store read that takes longer means the store is gone: the watcher stops
@@ -48,13 +50,16 @@ def where_key(rank: int) -> str:
     return f"race-lab/where/{rank}"
 
 
-def publish(at: str, s=None, **fields) -> dict:
+def publish(at: str, **fields) -> dict:
     """Say on the store where this rank is (at: sync | work | end | done); returns what was published.
-    s: the store to use (by default the default store)."""
+    Never raises: a store that is gone (its node was stopped) only means no peer learns it."""
     place = {"at": at, "n": _entered, "t": time.time(), **fields}
-    s = s or store()
-    if s is not None:
-        s.set(where_key(dist.get_rank()), json.dumps(place))
+    try:
+        s = store()
+        if s is not None:
+            s.set(where_key(dist.get_rank()), json.dumps(place))
+    except (RuntimeError, dist.DistError):
+        pass
     return place
 
 
@@ -126,8 +131,6 @@ def _end_hung(events, s, mine: dict, peers: dict, blocked: list, world_size: int
     and the wait breaks, so the rank goes on by its own path within milliseconds; a wait still held after
     PEERS_LEAVE_S, or at once when no peer it waits for was at the end (one waits in another sync), ends
     the rank with os._exit."""
-    from train.frameworks.common import say
-
     certain_at = max([mine["t"]] + [peers[r]["t"] for r in blocked])  # when the last fact it rests on held
     events.record("hang", sync=mine["how"], n=mine["n"], waiting_for=blocked,
                   peers={str(r): p for r, p in sorted(peers.items())}, certain_at=certain_at)
