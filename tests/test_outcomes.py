@@ -506,6 +506,58 @@ def test_short_keeps_the_first_sentence_without_a_source_location():
     assert short("a.b. c") == "a.b"
 
 
+def hung_run(status="ok", peer_place=None, *extra):
+    """disagree x barrier: rank 1 skips and goes on to the end; rank 0 saves, waits in the barrier, and its
+    watcher sees at once that rank 1 can never come (train/hang.py); rank 1's leaving then breaks the wait."""
+    place = peer_place or {"at": "end", "n": 0, "t": T0 + 6.0}
+    return launch(status, *[ev(1, r, "rank_start") for r in range(2)],
+                  ev(6.0, 1, "skip", reason="no checkpoint file when it looked (checkpoint.guard=sync)"),
+                  ev(6.01, 1, "final", digest="w-1"), ev(9.05, 1, "rank_end"),
+                  ev(8.9, 0, "save_start", epoch=2), ev(9.0, 0, "save_end", epoch=2, digest="w-last", bytes=1800),
+                  ev(9.01, 0, "sync_enter", how="barrier"),
+                  ev(9.03, 0, "hang", sync="barrier", n=1, waiting_for=[1], peers={"1": place}, certain_at=T0 + 9.02),
+                  barrier_error(9.06, 0, False), ev(9.07, 0, "final", digest="w-0"), *extra)
+
+
+def test_a_rank_whose_sync_could_never_end_is_hung_and_names_the_sync_and_where_the_peer_went():
+    events = hung_run()
+    assert detail(0, events) == ("hung", "its barrier could never end: rank 1 skipped the load and went on to the "
+                                         "end of the run without entering it")
+    assert detail(1, events)[0] == "skipped"  # the peer's outcome is what it was
+    assert classify_rank(0, events).timings["wait"] == 0.02  # sync_enter to the hang, not to the broken wait
+    verdict = judge(events, 2)
+    assert (verdict.verdict, [r.outcome for r in verdict.ranks]) == ("race", ["hung", "skipped"])
+    assert "rank 0 hung (its barrier could never end: rank 1 skipped the load and went on to the end of the run " \
+        "without entering it; ended at once, not at timeout.collective_s)" in verdict.explanation
+
+
+def test_a_hung_rank_that_had_to_be_ended_with_its_exit_code_is_still_hung_not_an_error():
+    ended = ev(10.6, "launcher", "rank_failed", failed_rank=0, exitcode=124, message="exit code 124")
+    events = [e for e in hung_run("failed", None, ended) if e["event"] != "sync_error"]  # its wait never broke
+    verdict = judge(events, 2)
+    assert (verdict.verdict, [r.outcome for r in verdict.ranks]) == ("race", ["hung", "skipped"])
+    assert decide(verdict.ranks, events, "failed") == "race"
+
+
+@pytest.mark.parametrize("place, words", [
+    ({"at": "done", "n": 0}, "rank 1 skipped the load and had left the run without entering it"),
+    ({"at": "sync", "how": "agree", "n": 1}, "rank 1 waited in its agree instead"),
+])
+def test_a_hung_rank_says_where_each_peer_was(place, words):
+    assert detail(0, hung_run("ok", {**place, "t": T0 + 6.0}))[1] == f"its barrier could never end: {words}"
+    no_skip = [e for e in hung_run("ok", {"at": "end", "n": 0, "t": T0 + 6.0}) if e["event"] != "skip"]
+    assert detail(0, no_skip)[1] == "its barrier could never end: rank 1 went on to the end of the run without " \
+                                    "entering it"
+
+
+def test_a_hung_rank_names_every_peer_it_waited_for():
+    peers = {"1": {"at": "end", "n": 0, "t": T0 + 6.0}, "2": {"at": "sync", "how": "agree", "n": 1, "t": T0 + 7.0}}
+    events = launch("ok", ev(9.01, 0, "sync_enter", how="barrier"),
+                    ev(9.03, 0, "hang", sync="barrier", n=1, waiting_for=[1, 2], peers=peers, certain_at=T0 + 9.02))
+    assert detail(0, events) == ("hung", "its barrier could never end: rank 1 went on to the end of the run without "
+                                         "entering it; rank 2 waited in its agree instead")
+
+
 def test_saves_are_the_completed_ones_oldest_first_and_spans_read_well():
     events = [ev(1, 0, "save_start"), ev(2, 0, "save_end", digest="a"), ev(3, 0, "save_error"),
               ev(4, 0, "save_end", digest="b")]
@@ -515,8 +567,8 @@ def test_saves_are_the_completed_ones_oldest_first_and_spans_read_well():
 
 
 def test_the_outcome_and_verdict_names_are_the_documented_ones():
-    assert OUTCOMES == ("loaded", "skipped", "stale", "missing", "corrupt", "unsafe", "timeout", "aborted", "crashed",
-                        "error")
+    assert OUTCOMES == ("loaded", "skipped", "stale", "missing", "corrupt", "unsafe", "timeout", "hung", "aborted",
+                        "crashed", "error")
     assert VERDICTS == ("clean", "race", "save_failed", "error", "interrupted")
     assert Verdict("race", "x", "agree", []).as_dict() == {"verdict": "race", "explanation": "x", "replicas": "agree",
                                                            "ranks": []}

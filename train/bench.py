@@ -1,6 +1,6 @@
 """Benchmark: time to verdict, each figure beside its goal (issue 9), recorded to a file.
 
-  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier]   (make bench)
+  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier,hang]   (make bench)
 
 - single: `python -m train` (unsynced, skew, 3 ranks; a cold process) and the plain script
   bench/plain_torchrun.py under `torchrun --standalone --nproc_per_node=3`, run alternately, --repeats
@@ -12,6 +12,9 @@
   (one job's launch_end to the next one's launch_start).
 - barrier: a sweep of callback=unsynced,barrier at the same skew, --repeats + 1 each: the median wall
   of its warm jobs (launch_start to launch_end) with the barrier minus without it.
+- hang: a sweep of scenario=disagree callback=barrier (2 ranks), --repeats jobs: rank 0 waits in a barrier that
+  rank 1 went past. Per job, from its events, the moment the hang was certain (the hang event's certain_at:
+  rank 0 in the barrier and rank 1 at the end, train/hang.py) to the run's end (launch_end); the median.
 - the launcher imports no fastai: checked in a fresh process that imports what `python -m train` does.
 
 Figures go to runs/bench/<time>/bench.json with the machine's cores and the versions. Speed goals
@@ -44,6 +47,7 @@ GOALS = {
     "sweep_vs_singles_ratio": (0.4, "<=", "x", "sweep wall / (jobs x median single run)"),
     "sweep_overhead_per_job_s": (1.5, "<=", "s", "sweep wall / jobs - skew"),
     "barrier_cost_s": (0.1, "<=", "s", "barrier job wall - unsynced job wall at equal skew (medians)"),
+    "hang_to_end_s": (2.0, "<=", "s", "a hang certain (a peer went past the barrier) to the run's end, disagree x barrier (median)"),
     "launcher_imports_fastai": (False, "==", "", "the launcher imports fastai"),
 }
 INFO = {
@@ -130,6 +134,15 @@ def jobs_of(sweep_dir: Path) -> list:
     return jobs
 
 
+def hang_to_end(run_dir: Path):
+    """Seconds from the moment a run's hang was certain (its first hang event's certain_at) to its launch_end;
+    None when the run recorded no hang."""
+    events = read_events(run_dir) if (run_dir / "events").exists() else []
+    hung = next((e for e in events if e["event"] == "hang"), None)
+    end = next((e for e in events if e["event"] == "launch_end"), None)
+    return round(end["t"] - hung["certain_at"], 3) if hung and end else None
+
+
 def median(values):
     values = [v for v in values if v is not None]
     return round(statistics.median(values), 3) if values else None
@@ -175,7 +188,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="single runs, plain runs, and barrier/unsynced jobs")
     parser.add_argument("--jobs", type=int, default=10, help="jobs in the sweep")
     parser.add_argument("--skew", type=float, default=3.0)
-    parser.add_argument("--only", default="single,sweep,barrier", help="which parts to run")
+    parser.add_argument("--only", default="single,sweep,barrier,hang", help="which parts to run")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the single runs")
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
@@ -229,6 +242,14 @@ def main(argv=None):
             figures["barrier_cost_s"] = round(record["barrier_job_wall_s"] - record["unsynced_job_wall_s"], 3)
         print(f"  barrier job {record['barrier_job_wall_s']} s, unsynced job {record['unsynced_job_wall_s']} s",
               flush=True)
+
+    if "hang" in parts:
+        run = sweep(out_dir / "hang", "scenario=disagree", "callback=barrier", "world_size=2",
+                    f"repeat=range({args.repeats})")
+        ends = [hang_to_end(out_dir / "hang" / j["job"]) for j in run["jobs"]]
+        record.update(hang_sweep=run, hang_to_end_runs_s=ends)
+        figures["hang_to_end_s"] = median(ends)
+        print(f"  hang certain to the run's end: {ends} s", flush=True)
 
     figures["launcher_imports_fastai"] = launcher_imports_fastai()
     record.update(figures=figures, goals={k: {"goal": g, "op": op, "unit": u, "what": w, "met": met(k, figures.get(k))}

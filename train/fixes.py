@@ -2,7 +2,8 @@
 Framework-free (torch only): fastai's SaveModelCallback subclasses (train/callbacks.py) and every
 framework adapter (train/frameworks/) call these at their own seams, so no fix is copied per framework.
 
-  watched        any wait (a barrier, a collective, a file), between sync_enter and sync_exit/sync_error events
+  watched        any wait (a barrier, a collective, a file), between sync_enter and sync_exit/sync_error events;
+                 a collective no peer can come to any more ends at once (train/hang.py)
   atomic_write   write a temporary name in the same folder, fsync it and the folder, then rename (atomic)
   wait_for_file  poll until a path exists, up to a timeout (poll, atomic)
   broadcast_read rank 0 reads, every other rank gets its object through a collective (broadcast)
@@ -15,6 +16,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from train.frameworks.common import error_fields, say
+from train.hang import watch
 
 
 class SyncFailed(Exception):
@@ -31,10 +33,13 @@ class LoadFailedOnRank0(Exception):
 
 def watched(events, how: str, until) -> bool:
     """Run `until()` (a barrier, a collective, a wait) between sync events; False if it failed (the error
-    is recorded and said, not raised) or returned False."""
+    is recorded and said, not raised) or returned False. While it waits, the rank's place is published, and
+    a collective (train/hang.py's COLLECTIVES) that a peer can never come to ends the rank at once (a hang
+    event, not a wait until timeout.collective_s)."""
     events.record("sync_enter", how=how)
     try:
-        result = until()
+        with watch(events, how):
+            result = until()
     except Exception as e:
         events.record("sync_error", how=how, **error_fields(e))
         say(f"{how} failed: {type(e).__name__}: {e}")

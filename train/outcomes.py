@@ -4,7 +4,9 @@ Rank events (events/rank<N>.jsonl): rank_start{node}, fit_start{node_local}, ske
 read_delay_start, read_delay_end, rank_misdetected, save_start, save_end{digest, bytes},
 save_error{error_type, message}, train_end, sync_enter{how}, sync_exit{how},
 sync_error{how, error_type, message, timed_out}, skip{reason}, load_attempt{bytes},
-load_done{digest}, load_error{error_type, message}, final{digest}, crash, interrupted{signal}, rank_end.
+load_done{digest}, load_error{error_type, message}, final{digest}, crash, interrupted{signal}, rank_end,
+hang{sync, n, waiting_for, peers: {rank: place}, certain_at} (train/hang.py: its collective sync could never
+end, because of where its peers were; the rank ended at once).
 Launcher events (events/launcher.jsonl): launch_start, rank_failed{failed_rank, exitcode,
 message, log}, signal{name}, launch_error{error_type, message},
 launch_end{status: ok | failed | interrupted | timeout | harness_error}.
@@ -17,6 +19,8 @@ Each rank's outcome:
   corrupt  it read a partly written or unreadable file, or one that holds no checkpoint of this model
   unsafe   the file held code, and weights_only=True refused to run it
   timeout  its sync waited past timeout.collective_s (or the run past timeout.run_s)
+  hung     its sync could never end: a peer it waited for had gone on to the end, or waited in another sync;
+           the rank was ended at once, not at the timeout (a race, not the harness's failure)
   aborted  the launcher stopped it after a peer failed, or its sync broke when a peer died
   crashed  it died where a scenario placed a crash (fault.crash_rank)
   error    it failed for a reason outside the experiment: the harness's failure, not a race
@@ -31,7 +35,8 @@ The verdict:
 import re
 from dataclasses import asdict, dataclass, field
 
-OUTCOMES = ("loaded", "skipped", "stale", "missing", "corrupt", "unsafe", "timeout", "aborted", "crashed", "error")
+OUTCOMES = ("loaded", "skipped", "stale", "missing", "corrupt", "unsafe", "timeout", "hung", "aborted", "crashed",
+            "error")
 VERDICTS = ("clean", "race", "save_failed", "error", "interrupted")
 
 # What torch.load says about a partly written or unreadable file.
@@ -132,6 +137,22 @@ def _timeout_detail(events, sync_error, rank) -> str:
     return f"{how}: waited for {_ranks(missing)}, which never came" if missing else f"{how}: timed out"
 
 
+def _place(peer: int, place: dict, events) -> str:
+    """Where a peer was when a rank's sync could never end, in words (place: train/hang.py's)."""
+    if place["at"] == "sync":
+        return f"rank {peer} waited in its {place['how']} instead"
+    skipped = "skipped the load and " if any(e["rank"] == peer and e["event"] == "skip" for e in events) else ""
+    if place["at"] == "end":
+        return f"rank {peer} {skipped}went on to the end of the run without entering it"
+    return f"rank {peer} {skipped}had left the run without entering it"  # done
+
+
+def hang_detail(hang: dict, events) -> str:
+    """What a hang event says: which sync could never end, and where each peer it waited for was."""
+    peers = [_place(int(r), hang["peers"][str(r)], events) for r in hang["waiting_for"]]
+    return f"its {hang['sync']} could never end: " + "; ".join(peers)
+
+
 def classify_rank(rank: int, events: list) -> RankOutcome:
     """events: the whole run's events (all ranks and the launcher)."""
     mine = [e for e in events if e["rank"] == rank]
@@ -157,6 +178,10 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
         if outcome == "error" and last_written and seen is not None and seen < last_written.get("bytes", 0):
             outcome = "corrupt"  # it read a file shorter than the finished checkpoint
         return result(outcome, load_error_sentence(failed["error_type"], failed["message"]))
+
+    hung = _last(mine, "hang")
+    if hung:  # before its own exit code: the rank was ended on purpose, the moment the hang was certain
+        return result("hung", hang_detail(hung, events))
 
     failures = [e for e in launcher if e["event"] == "rank_failed"]
     sync = _last(mine, "sync_error")
@@ -193,7 +218,7 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
 
 
 TIMED = ("fit_start", "train_end", "save_start", "save_end", "save_error", "sync_enter", "sync_exit", "sync_error",
-         "skip", "load_attempt", "load_done", "load_error", "final", "rank_end")
+         "hang", "skip", "load_attempt", "load_done", "load_error", "final", "rank_end")
 
 
 def rank_timings(mine: list, events: list) -> dict:
@@ -205,7 +230,7 @@ def rank_timings(mine: list, events: list) -> dict:
         e = _last(mine, name)
         if e:
             out[name] = round(e["t"] - t0, 3)
-    left = next((out[e] for e in ("sync_exit", "sync_error") if e in out), None)
+    left = next((out[e] for e in ("hang", "sync_exit", "sync_error") if e in out), None)
     if "sync_enter" in out and left is not None:
         out["wait"] = round(left - out["sync_enter"], 3)  # how long its sync held it
     written = saves(events)
@@ -305,6 +330,8 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
         waits = [o.timings["wait"] for o in by["timeout"] if "wait" in o.timings]
         after = f" after {_span(waits)}" if waits else ""
         parts.append(f"{_ranks(o.rank for o in by['timeout'])} timed out{after} ({by['timeout'][0].detail})")
+    for o in by.get("hung", []):
+        parts.append(f"rank {o.rank} hung ({o.detail}; ended at once, not at timeout.collective_s)")
     if by.get("crashed"):
         parts.append(f"{_ranks(o.rank for o in by['crashed'])} crashed on purpose")
     if by.get("aborted"):

@@ -13,6 +13,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from train import hang
 from train.events import EventLog
 from train.faults import Faults
 from train.frameworks import adapter
@@ -48,11 +49,14 @@ def wait_for_every_rank(world_size: int, timeout_s: float):
     """No rank leaves before every rank is done with the checkpoint: a rank that went its own way
     (scenario=disagree) would otherwise close its connections and turn a peer's hang into an error.
     Counted on the rendezvous store, not with a collective, which could pair with a peer's barrier:
-    the last rank to count in sets a key that the others wait for."""
+    the last rank to count in sets a key that the others wait for. Its place ("end", then "done") is
+    published there too: a peer that waits in a sync this rank never entered sees at once that it
+    cannot end, counts itself in and ends (train/hang.py)."""
     store = dist.distributed_c10d._get_default_store()
     try:
-        if store.add("race-lab/done", 1) == world_size:
-            store.set("race-lab/all-done", "1")
-        store.wait(["race-lab/all-done"], timedelta(seconds=timeout_s))
+        hang.publish("end")
+        hang.count_in(store, world_size)
+        store.wait([hang.ALL_DONE], timedelta(seconds=timeout_s))
+        hang.publish("done")
     except (RuntimeError, dist.DistError):  # a timeout, or the store went with a node that was stopped
         pass

@@ -6,6 +6,7 @@ The events an adapter records (train/outcomes.py reads them; `path` and `digest`
   save_start{epoch, path}   save_end{epoch, path, digest, bytes}   save_error{epoch, error_type, message}
   train_end                 (fit is over; what follows is the load at the end)
   sync_enter{how} sync_exit{how} sync_error{how, error_type, message, timed_out}   around any wait
+  hang{sync, n, waiting_for, peers, certain_at}   recorded by train/fixes.py's watched itself (train/hang.py)
   skip{reason}              it decided not to load, and why
   load_attempt{path, bytes} the file it opens (bytes: its size then, null when there is none)
   load_done{path, digest}   the digest of the weights it READ (not of its model after a later sync)
