@@ -34,9 +34,10 @@ from dataclasses import asdict, dataclass, field
 OUTCOMES = ("loaded", "skipped", "stale", "missing", "corrupt", "unsafe", "timeout", "aborted", "crashed", "error")
 VERDICTS = ("clean", "race", "save_failed", "error", "interrupted")
 
-# What torch.load says about a partly written or unreadable file.
+# What torch.load says about a partly written or unreadable file, and safetensors (at any cut of a file).
 _CORRUPT_TYPES = {"UnpicklingError", "EOFError", "BadZipFile"}
-_CORRUPT_TEXT = ("PytorchStreamReader", "zip archive", "central directory", "unexpected EOF", "truncated")
+_CORRUPT_TEXT = ("PytorchStreamReader", "zip archive", "central directory", "unexpected EOF", "truncated",
+                 "Error while deserializing header")
 _UNSAFE_TEXT = "Weights only load failed"
 
 
