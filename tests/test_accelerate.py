@@ -9,7 +9,8 @@ and with its documented fixes, in the cells that tell them apart.
   ProjectConfiguration(save_on_each_node=True) each node writes its own copy: clean.
 - save_fails: rank 0's last save raises ENOSPC halfway through the file; as shipped not clean, and the run ends by
   itself with no process left; agreed: every rank agrees not to load (save_failed).
-The groups run side by side, each one Hydra multirun (its later jobs fork from a warm forkserver).
+The groups run side by side, each one Hydra multirun (its later jobs fork from a warm forkserver); no_shared_fs,
+whose two node agents each start their own processes, is marked slow.
 """
 import json
 import subprocess
@@ -22,7 +23,7 @@ import pytest
 
 from conftest import ROOT, processes_tagged, tagged_env
 
-ENDS_WITHIN_S = 300  # every group together; each takes well under a minute on 2 idle cores
+ENDS_WITHIN_S = 300  # the groups one fixture starts, together; each takes well under a minute on 2 idle cores
 
 GROUPS = {
     "seed": ["scenario=seed", "fault.best_epoch=-1", "callback=as_shipped,wait_for_everyone,barrier"],
@@ -53,11 +54,10 @@ class Group:
         raise AssertionError(f"{self.name}: no job with callback={fix}:\n{self.out[-3000:]}")
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("accelerate")
+def run_side_by_side(root: Path, groups: dict) -> dict:
+    """Start every group's multirun at once, wait for all; name -> Group."""
     started = {}
-    for name, argv in GROUPS.items():
+    for name, argv in groups.items():
         log = open(root / f"{name}.log", "w")
         proc = subprocess.Popen([sys.executable, "-m", "train", "-m", "world_size=2", "framework=accelerate", *argv,
                                  f"hydra.sweep.dir={root / name}"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
@@ -76,6 +76,18 @@ def runs(tmp_path_factory) -> dict:
         log.close()
         out[name] = Group(name, root / name, proc.returncode, (root / f"{name}.log").read_text(), hung)
     return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    return run_side_by_side(tmp_path_factory.mktemp("accelerate"), {k: GROUPS[k] for k in ("seed", "save_fails")})
+
+
+@pytest.fixture(scope="module")
+def node_local(tmp_path_factory) -> Group:
+    """Two node agents, each starting its own processes: about a minute on 2 busy cores (slow)."""
+    root = tmp_path_factory.mktemp("accelerate_nodes")
+    return run_side_by_side(root, {"no_shared_fs": GROUPS["no_shared_fs"]})["no_shared_fs"]
 
 
 def events_of(summary) -> list:
@@ -122,8 +134,9 @@ def test_a_fastai_fix_is_not_applicable(runs):
     assert "accelerate's own barrier is callback=wait_for_everyone" in s["explanation"]
 
 
-def test_without_a_shared_filesystem_node_1_has_no_file_unless_each_node_saves(runs):
-    group = runs["no_shared_fs"]
+@pytest.mark.slow
+def test_without_a_shared_filesystem_node_1_has_no_file_unless_each_node_saves(node_local):
+    group = node_local
     shipped, each = group.cell("as_shipped"), group.cell("save_on_each_node")
     assert group.rc == 0, group.out[-3000:]
     assert {shipped["node_disk"], each["node_disk"]} == {"mount"}  # each node's agent had its own tmpfs
