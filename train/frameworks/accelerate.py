@@ -1,8 +1,9 @@
 """accelerate 1.15: the user's loop with `Accelerator.save_state(<checkpoint_dir>/best)` on every rank whenever the
 validation accuracy is a new best (as the docs show), and `Accelerator.load_state` of that folder on every rank
-after the last epoch. save_state writes model.safetensors (safetensors) on the main process only, and has no
-barrier between that write and the reads: the docs tell the user to call `accelerator.wait_for_everyone()`
-between them. callback=as_shipped is the loop without that line.
+after the last epoch. save_state writes model.safetensors (safetensors) on the main process only, and neither it
+nor load_state waits for that write: the user is to call `accelerator.wait_for_everyone()` between them (the
+docs' "Executing and deferring jobs" guide; their checkpointing example has no such line). callback=as_shipped is
+the loop without it (docs/findings/accelerate.md).
 
 Accelerate is a library, not a trainer: the loop is the user's, so shape_metric, before_last_save and the save and
 load calls sit in it. Everything else goes through Accelerate's public hooks, on every rank:
@@ -14,9 +15,9 @@ load calls sit in it. Everything else goes through Accelerate's public hooks, on
   register_load_state_pre_hook(fn(models, input_dir))  before the files are read: before_load, load_attempt;
       broadcast reads on rank 0 and sends, and empties `models` so that Accelerate reads no model.
 What a rank read is its model right after load_state (a second read of the file could see a newer one).
-Fixes (cfg["callback"]["name"]), each written once in train/fixes.py and called here:
+Fixes (cfg["callback"]["name"]): Accelerate's own, and the product fixes of train/fixes.py, called here:
   as_shipped         nothing between the last save and the load
-  wait_for_everyone  accelerator.wait_for_everyone() between them (the docs)
+  wait_for_everyone  accelerator.wait_for_everyone() between them
   save_on_each_node  ProjectConfiguration(save_on_each_node=True) and wait_for_everyone (each node's local main
                      process writes a copy)
   agreed, broadcast, poll, atomic  as for fastai (train/fixes.py)
