@@ -67,6 +67,16 @@ def test_corrupt_when_it_read_a_partial_file():
     assert classify_load_error("UnpicklingError", "invalid load key") == "corrupt"
     assert classify_load_error("EOFError", "Ran out of input") == "corrupt"  # an empty file
     assert classify_load_error("OSError", "[Errno 22] Invalid argument") == "corrupt"  # half a file
+    for cut in ("header too small", "invalid header length", "incomplete metadata, file not fully covered"):
+        assert classify_load_error("SafetensorError", f"Error while deserializing header: {cut}") == "corrupt"
+
+
+def test_corrupt_when_rank_0_sent_the_error_of_a_partial_safetensors_file():
+    """broadcast: rank 1 read no file (no bytes), it got rank 0's error (accelerate's model.safetensors, half written)."""
+    msg = "Error while deserializing header: incomplete metadata, file not fully covered"
+    events = launch("ok", *saver(), ev(11.0, 1, "load_attempt", source="broadcast from rank 0"),
+                    ev(11.01, 1, "load_error", error_type="SafetensorError", message=msg))
+    assert outcome(1, events) == "corrupt"
 
 
 def test_corrupt_when_the_file_it_read_was_shorter_than_the_finished_save():

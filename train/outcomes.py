@@ -39,11 +39,12 @@ OUTCOMES = ("loaded", "skipped", "stale", "missing", "corrupt", "unsafe", "timeo
             "error")
 VERDICTS = ("clean", "race", "save_failed", "error", "interrupted")
 
-# What torch.load says about a partly written or unreadable file.
+# What torch.load says about a partly written or unreadable file, and safetensors (at any cut of a file).
 _CORRUPT_TYPES = {"UnpicklingError", "EOFError", "BadZipFile"}
 _CORRUPT_TEXT = ("PytorchStreamReader", "zip archive", "central directory", "unexpected EOF", "truncated",
                  "Error(s) in loading state_dict", "Expected state_dict to be dict-like",  # a file, not of this model
-                 "metadata read failed")  # dcp's .metadata
+                 "metadata read failed",  # dcp's .metadata
+                 "Error while deserializing header")  # safetensors, at any cut of a file
 _UNSAFE_TEXT = "Weights only load failed"
 # A missing file that the framework only warned about (transformers' Trainer): the adapter's load_error says so.
 ONLY_WARNED = "only warned"
