@@ -18,7 +18,7 @@ Seams, all public (no private method is patched):
   FaultyFileSystem   fsspec's LocalFileSystem, registered for "file" (fsspec.register_implementation): the file
                      object that Lightning's fsspec transaction writes into passes the bytes through faults.write
   WatchedDDPStrategy DDPStrategy whose barrier and reduce_boolean_decision are watched (sync_* events) from the
-                     last epoch's save on; they still raise as Lightning's do
+                     last epoch's save on; a failed one raises SyncFailed into Lightning where its own error went
   RaceCallback       fit_start; before_last_save in the last epoch's on_train_epoch_end, which Lightning runs
                      before ModelCheckpoint's own (checkpoint callbacks run last): the skew lands before the save
   DigitsModule       val_acc over every rank, shaped by faults.shape_metric, is the monitored value
@@ -31,7 +31,12 @@ epoch saves, after the earlier ones. checkpoint.early_saves has no effect: Model
 Fixes (callback.name): as_shipped (Lightning unmodified), broadcast (rank 0 reads, the others get its checkpoint
 through a collective: train/fixes.broadcast_read), agreed (a failed save is recorded instead of raised, and rank 0
 decides for every rank whether to load: train/fixes.agree). checkpoint.guard: a local exists() check before
-validate, as a user's `if os.path.exists(best): trainer.validate(...)` would have it.
+validate, as a user's `if os.path.exists(best): trainer.validate(...)` would have it. scenario=many_writers is
+n/a (its yaml says why). An error out of fit or validate is said, not raised: the rank still records its final
+weights, and one whose fit failed never reaches validate, as a user's script would not.
+
+Noted, not under test: fsspec's transaction writes to a temporary file in the system's temp folder and moves it
+onto the checkpoint's name at commit; on another filesystem (a node's own disk here) the move is a copy.
 """
 import logging
 import os
