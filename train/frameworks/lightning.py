@@ -151,7 +151,8 @@ class RaceCheckpointIO(TorchCheckpointIO):
 
     def read(self, path, map_location):
         """The shipped read (TorchCheckpointIO.load_checkpoint), with weights_only=True: no foreign code runs."""
-        self.events.record("load_attempt", path=str(path), bytes=os.path.getsize(path) if os.path.exists(path) else None)
+        size = os.path.getsize(path) if os.path.exists(path) else None
+        self.events.record("load_attempt", path=str(path), bytes=size)
         return super().load_checkpoint(path, map_location=map_location or "cpu", weights_only=True)
 
     def decide(self, path):
@@ -177,7 +178,8 @@ class WatchedDDPStrategy(DDPStrategy):
         return self._watched("barrier", lambda: DDPStrategy.barrier(self, name))
 
     def reduce_boolean_decision(self, decision, all=True):
-        return self._watched("reduce_boolean_decision", lambda: DDPStrategy.reduce_boolean_decision(self, decision, all))
+        return self._watched("reduce_boolean_decision",
+                             lambda: DDPStrategy.reduce_boolean_decision(self, decision, all))
 
     def _watched(self, how, call):
         if not self.watching:
