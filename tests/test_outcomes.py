@@ -109,6 +109,18 @@ def test_timeout_when_the_barrier_timed_out():
     assert judge(events, 2).verdict == "race"
 
 
+def test_the_wait_is_the_last_sync_s_when_a_rank_synced_before():
+    """A framework with several waits (Lightning: its "new best?" decision, then the barrier after the save): the
+    wait is the last one's, from its sync_enter to its sync_exit or sync_error, whichever came last."""
+    events = launch("ok", *saver(end=40), ev(8, 1, "sync_enter", how="reduce_boolean_decision"),
+                    ev(9, 1, "sync_exit", how="reduce_boolean_decision"), ev(9.5, 1, "sync_enter", how="barrier"),
+                    ev(24.5, 1, "sync_error", how="barrier", error_type="RuntimeError", message="Timed out",
+                       timed_out=True), ev(24.6, 1, "rank_end"))
+    result = classify_rank(1, events)
+    assert (result.outcome, result.timings["wait"]) == ("timeout", 15.0)
+    assert "rank 1 timed out after 15.0 s" in judge(events, 2).explanation
+
+
 def test_a_timeout_names_the_ranks_that_never_came_to_the_sync():
     starts = [ev(1, r, "rank_start") for r in range(3)]
     events = launch("ok", *starts, ev(4.9, 0, "save_start", epoch=2),

@@ -231,9 +231,11 @@ def rank_timings(mine: list, events: list) -> dict:
         e = _last(mine, name)
         if e:
             out[name] = round(e["t"] - t0, 3)
-    left = next((out[e] for e in ("hang", "sync_exit", "sync_error") if e in out), None)
-    if "sync_enter" in out and left is not None:
-        out["wait"] = round(left - out["sync_enter"], 3)  # how long its sync held it
+    enter = _last(mine, "sync_enter")
+    left = min((e for e in mine if e["event"] in ("hang", "sync_exit", "sync_error") and enter and e["t"] >= enter["t"]),
+               key=lambda e: e["t"], default=None)  # the end of its last sync: the first hang, exit or error after it
+    if enter and left:
+        out["wait"] = round(left["t"] - enter["t"], 3)  # how long its sync held it
     written = saves(events)
     attempt = _last(mine, "load_attempt")
     if written and attempt:

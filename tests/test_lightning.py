@@ -1,0 +1,158 @@
+"""Lightning's own save-best / load-best-at-the-end path (ModelCheckpoint, validate(ckpt_path="best")), as shipped
+and with a fix, on real gloo ranks (world_size=2).
+
+As shipped, Trainer.save_checkpoint's barrier holds rank 0's skew (seed: clean); without a shared filesystem
+rank 1's read finds no file (no_shared_fs: race, missing); a failed save raises on rank 0 before the barrier,
+and rank 1 waits there until the collective timeout (save_fails: race). The fixes: broadcast (rank 0 reads, the
+others get its checkpoint) holds on no_shared_fs; agreed says save_failed on save_fails.
+
+The seed and save_fails cells are one multirun, in the fast loop (about a minute; its later jobs fork from a warm
+forkserver); the no_shared_fs cells (two node agents each, which start their ranks afresh) run side by side and
+are slow (about a minute more). Each launch must end in time and leave no process.
+"""
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, processes_tagged, tagged_env
+from train.events import read_events
+
+ENDS_WITHIN_S = 240  # each group of launches; under a minute on 2 idle cores
+
+# name -> a multirun's arguments
+SHARED = {"shared": ["scenario=seed,save_fails", "callback=as_shipped,agreed"]}
+NO_SHARED_FS = {"nsf_as_shipped": ["scenario=no_shared_fs", "callback=as_shipped"],
+                "nsf_broadcast": ["scenario=no_shared_fs", "callback=broadcast"]}
+
+
+@dataclass
+class Launch:
+    name: str
+    dir: Path
+    rc: int
+    out: str
+    hung: bool
+
+    def cells(self) -> dict:
+        """(scenario, fix) -> summary.json, once the launch ended and left no process."""
+        assert not self.hung, f"{self.name}: did not end within {ENDS_WITHIN_S} s; stopped. Output:\n{self.out[-3000:]}"
+        assert not processes_tagged(str(self.dir)), f"{self.name}: left processes running"
+        assert self.rc == 0, self.out[-3000:]
+        found = {}
+        for path in self.dir.glob("*/summary.json"):
+            s = json.loads(path.read_text())
+            found[(s["config"]["scenario"], s["config"]["callback"]["name"])] = s
+        return found
+
+
+def start_together(root: Path, sweeps: dict) -> dict:
+    """Start every multirun, wait for all (each stopped at ENDS_WITHIN_S), and return (scenario, fix) -> summary."""
+    started = {}
+    for name, argv in sweeps.items():
+        log = open(root / f"{name}.log", "w")
+        argv = [sys.executable, "-m", "train", "-m", "world_size=2", "framework=lightning", *argv,
+                f"hydra.sweep.dir={root / name}"]
+        started[name] = (subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                          env=tagged_env(str(root / name))), log)
+    deadline = time.monotonic() + ENDS_WITHIN_S
+    cells = {}
+    for name, (proc, log) in started.items():
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            hung = False
+        except subprocess.TimeoutExpired:
+            proc.kill()  # its forkserver and ranks go with it (PR_SET_PDEATHSIG)
+            proc.wait()
+            hung = True
+        log.close()
+        cells.update(Launch(name, root / name, proc.returncode, (root / f"{name}.log").read_text(), hung).cells())
+    return cells
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> dict:
+    return start_together(tmp_path_factory.mktemp("lightning"), SHARED)
+
+
+@pytest.fixture(scope="module")
+def node_local(tmp_path_factory) -> dict:
+    return start_together(tmp_path_factory.mktemp("lightning_nsf"), NO_SHARED_FS)
+
+
+def events_of(summary) -> list:
+    return read_events(summary["run_dir"])
+
+
+def first(events, name, rank, **fields):
+    return next(e for e in events if e["event"] == name and e["rank"] == rank
+                and all(e.get(k) == v for k, v in fields.items()))
+
+
+def outcomes(summary) -> list:
+    return [r["outcome"] for r in summary["ranks"]]
+
+
+def test_as_shipped_the_barrier_after_the_save_holds_the_skew(shared):
+    s = shared[("seed", "as_shipped")]
+    assert (s["verdict"], outcomes(s), s["replicas"]) == ("clean", ["loaded", "loaded"], "agree"), s["explanation"]
+    assert "rank 0 was 3.0 s late at its last save" in s["explanation"]
+    events = events_of(s)
+    last_save = [e for e in events if e["event"] == "save_end"][-1]
+    assert last_save["epoch"] == s["config"]["epochs"] - 1  # the last epoch saved: the skew met a save
+    assert {r["final_digest"] for r in s["ranks"]} == {last_save["digest"]}
+    assert first(events, "load_attempt", 1)["t"] >= last_save["t"]  # it read once the save had ended
+    assert first(events, "load_done", 1)["digest"] == last_save["digest"]  # what it READ, not rank 0's broadcast
+
+
+@pytest.mark.slow
+def test_as_shipped_without_a_shared_filesystem_rank_1_finds_no_file(node_local):
+    s = node_local[("no_shared_fs", "as_shipped")]
+    assert (s["verdict"], outcomes(s)) == ("race", ["loaded", "missing"]), s["explanation"]
+    assert s["node_disk"] == "mount"  # each node's agent had its own tmpfs on checkpoint.dir
+    assert s["ranks"][1]["detail"].startswith("FileNotFoundError: Checkpoint file not found")
+    assert "rank 1 tried to load (FileNotFoundError): the file is on node 0's own disk; node 1's disk has none" \
+        in s["explanation"]
+    events = events_of(s)
+    assert first(events, "load_attempt", 1)["bytes"] is None
+    # rank 0 read the file, then waited in Lightning's weight broadcast for rank 1, which had failed: it gave up at
+    # timeout.collective_s, and the run ended
+    assert first(events, "load_done", 0)["digest"] == [e for e in events if e["event"] == "save_end"][-1]["digest"]
+
+
+def test_as_shipped_a_failed_save_ends_by_the_collective_timeout_as_a_race(shared):
+    s = shared[("save_fails", "as_shipped")]
+    assert (s["verdict"], outcomes(s)) == ("race", ["skipped", "timeout"]), s["explanation"]
+    assert s["explanation"].startswith("race: rank 0's save failed (OSError: [Errno 28] No space left on device)")
+    assert re.search(r"; rank 1 timed out after [\d.]+ s \(barrier: waited for rank 0, which never came\)",
+                     s["explanation"])
+    events = events_of(s)
+    failed = first(events, "save_error", 0)
+    assert failed["epoch"] == s["config"]["epochs"] - 1
+    gave_up = first(events, "sync_error", 1)
+    assert gave_up["how"] == "barrier" and gave_up["timed_out"]  # ended by timeout.collective_s: no hang
+    assert not any(e["event"] == "load_attempt" for e in events)  # Lightning's fit raised on both: no load
+    assert s["ranks"][0]["detail"] == "trainer.fit raised OSError, so validate(ckpt_path='best') never ran"
+
+
+@pytest.mark.slow
+def test_broadcast_holds_without_a_shared_filesystem(node_local):
+    s = node_local[("no_shared_fs", "broadcast")]
+    assert (s["verdict"], outcomes(s), s["replicas"]) == ("clean", ["loaded", "loaded"], "agree"), s["explanation"]
+    events = events_of(s)
+    attempts = {e["rank"]: e for e in events if e["event"] == "load_attempt"}
+    assert attempts[1]["source"] == "broadcast from rank 0" and "path" not in attempts[1]  # it never touched a disk
+    assert attempts[0]["bytes"] > 0
+
+
+def test_agreed_says_the_save_failed_and_no_rank_waits_for_it(shared):
+    s = shared[("save_fails", "agreed")]
+    assert (s["verdict"], outcomes(s)) == ("save_failed", ["skipped", "skipped"]), s["explanation"]
+    assert {r["detail"] for r in s["ranks"]} == {"rank 0's save failed: every rank agreed not to load"}
+    assert len({r["final_digest"] for r in s["ranks"]}) == 1
+    assert shared[("seed", "agreed")]["verdict"] == "clean"
