@@ -23,7 +23,8 @@ Fixes (cfg["callback"]["name"]): Accelerate's own, and the product fixes of trai
   agreed, broadcast, poll, atomic  as for fastai (train/fixes.py)
 Every improvement is saved (checkpoint.early_saves has no effect here). With real accuracy the digits reach their
 best in the first epoch, so the last epoch saves nothing and no fault placed in the last save fires:
-fault.best_epoch=-1 (every epoch improves) puts a save in the last epoch. The optimizer is not prepared, so
+fault.best_epoch=-1 (every epoch improves) puts a save in the last epoch: configs/framework/accelerate.yaml sets
+it (a scenario's own value wins). The optimizer is not prepared, so
 save_state keeps the model only (with no accumulation nor mixed precision, prepare only wraps its step()).
 """
 import shutil

@@ -25,8 +25,8 @@ Seams, all public (no private method is patched):
 
 Lightning saves on improvement only, where fastai's last epoch always saves; on digits val_acc is 1.0 from the
 second epoch on, so the last epoch would not save and a scenario's faults at the last save would meet none. So
-with fault.best_epoch unset the adapter shapes val_acc as fault.best_epoch=-1 (every epoch improves): the last
-epoch saves, after the earlier ones. checkpoint.early_saves has no effect: ModelCheckpoint saves every improvement.
+configs/framework/lightning.yaml sets fault.best_epoch=-1 (every epoch improves; a scenario's own value wins):
+the last epoch saves, after the earlier ones. checkpoint.early_saves has no effect: ModelCheckpoint saves every improvement.
 
 Fixes (callback.name): as_shipped (Lightning unmodified), broadcast (rank 0 reads, the others get its checkpoint
 through a collective: train/fixes.broadcast_read), agreed (a failed save is recorded instead of raised, and rank 0
@@ -275,8 +275,6 @@ def fit_and_load(rank: Rank):
     fix = cfg["callback"]["name"]
     if fix not in FIXES:
         raise ValueError(f"callback={fix}: Lightning's adapter does {', '.join(FIXES)}")
-    if cfg["fault"]["best_epoch"] is None:  # Lightning saves on improvement only, and val_acc reaches 1.0 early:
-        cfg["fault"]["best_epoch"] = -1  # every epoch improves (rank.faults reads this dict), so the last one saves
     quiet()
     use_faulty_filesystem()
     pl.seed_everything(cfg["seed"], verbose=False)
