@@ -10,7 +10,7 @@ EDITABLE := $(VENV)/.editable-$(shell sha256sum pyproject.toml | cut -c1-12)
 NOW    := $(shell date +%Y-%m-%d_%H-%M-%S)
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock run sweep matrix stability report bench test test-fast mutants clean distclean
+.PHONY: help install lock run sweep matrix stability report bench test test-fast fuzz mutants clean distclean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F":.*## " "{printf \"  make %-16s %s\\n\", \$$1, \$$2}"
@@ -74,6 +74,9 @@ test: install ## run the whole test suite, as CI does (real multi-rank gloo jobs
 
 test-fast: install ## the quick subset for your own loop: no slow or engine tests (about 3-4 minutes on 2 cores)
 	$(PY) -m pytest -q -m "not slow and not engine" tests
+
+fuzz: install ## the fuzzer's long profile (Hypothesis): many more configs, checkpoint files and records; minutes
+	RACE_LAB_FUZZ=long $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 
 # Mutation testing: setup.cfg's [mutmut] names the modules (those that need no ranks) and their unit tests. The
 # tests must run every line in scope (coverage, fail_under 100); then every surviving mutant must be listed, with

@@ -26,9 +26,9 @@ from conftest import ROOT, processes_tagged, tagged_env
 ENDS_WITHIN_S = 300  # the groups one fixture starts, together; each takes well under a minute on 2 idle cores
 
 GROUPS = {
-    "seed": ["scenario=seed", "fault.best_epoch=-1", "callback=as_shipped,wait_for_everyone,barrier"],
+    "seed": ["scenario=seed", "callback=as_shipped,wait_for_everyone,barrier"],
     "no_shared_fs": ["scenario=no_shared_fs", "callback=as_shipped,save_on_each_node"],
-    "save_fails": ["scenario=save_fails", "fault.best_epoch=-1", "callback=as_shipped,agreed"],
+    "save_fails": ["scenario=save_fails", "callback=as_shipped,agreed"],
 }
 
 

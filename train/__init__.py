@@ -6,12 +6,17 @@ The story, in reading order:
   launch.py    Hydra main: check the config, start the ranks with torch elastic, collect, summarise
   errors.py    Hydra's composition errors as one line
   plan.py      rules across keys, the machine's limits, the device/backend choice (before any rank starts)
+  own_class.py callback=own: a checkpoint class of your own, checked before any rank starts
   nodes.py     several nodes: a node's own record, the merge, one host standing in for several
   rank.py      each rank's entry point, small, so a forked rank need not import the launcher
-  worker.py    one rank: data, learner, fit, and the save/load under test
+  worker.py    one rank: join the group, hand over to the run's framework adapter, wait for every rank
   preload.py   what the forkserver imports once, before it forks any rank
-  callbacks.py the fixes: SaveModelCallback variants that differ only in how they save, sync and load
+  frameworks/  which framework runs: one adapter per framework (fastai, lightning, transformers, accelerate),
+               each training with that framework's own save-best / load-at-the-end code, faults at its seams
+  fixes.py     how ranks sync: each fix written once as a strategy (atomic write, broadcast, agree, dcp ...)
+  callbacks.py fastai's fixes: SaveModelCallback variants that differ only in how they save, sync and load
   faults.py    what goes wrong, placed on purpose at named points (configs/scenario/ picks them)
+  hang.py      where each rank waits, on the rendezvous store: a hang named the moment it is certain
   fastai_gloo.py  the one adaptation that lets fastai's DDP run on CPU ranks over gloo
   events.py    each rank's append-only event log
   outcomes.py  pure functions: events -> what each rank saw -> verdict
