@@ -1,12 +1,24 @@
 """What `make bench` relies on, checked without timing anything: speed goals live in the benchmark."""
 import pytest
 
-from train.bench import launcher_imports_fastai
-from train.early import forkserver_wanted
+from train.bench import FRAMEWORK_MODULES, launcher_imports
+from train.early import adapters_named, forkserver_wanted, preload_list
 
 
-def test_the_launcher_imports_no_fastai():
-    assert launcher_imports_fastai() is False
+def test_the_launcher_imports_no_framework():
+    assert launcher_imports(FRAMEWORK_MODULES) is False
+    assert launcher_imports(("torch",)) is True  # the check sees what the launcher does import
+
+
+@pytest.mark.parametrize("argv, preloaded", [
+    ([], ["train.preload", "train.frameworks.fastai"]),
+    (["framework=lightning"], ["train.preload", "train.frameworks.lightning"]),
+    (["-m", "framework=transformers,accelerate"], ["train.preload", "train.frameworks.transformers",
+                                                    "train.frameworks.accelerate"]),
+    (["framework=nope"], ["train.preload"]),  # the config's error to report, later
+])
+def test_the_forkserver_preloads_only_the_frameworks_the_command_line_names(argv, preloaded):
+    assert preload_list(adapters_named(argv)) == preloaded
 
 
 @pytest.mark.parametrize("argv, wanted", [

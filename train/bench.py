@@ -1,6 +1,7 @@
 """Benchmark: time to verdict, each figure beside its goal (issue 9), recorded to a file.
 
-  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier,hang]   (make bench)
+  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier,hang,frameworks]
+  (make bench)
 
 - single: `python -m train` (unsynced, skew, 3 ranks; a cold process) and the plain script
   bench/plain_torchrun.py under `torchrun --standalone --nproc_per_node=3`, run alternately, --repeats
@@ -15,7 +16,9 @@
 - hang: a sweep of scenario=disagree callback=barrier (2 ranks), --repeats jobs: rank 0 waits in a barrier that
   rank 1 went past. Per job, from its events, the moment the hang was certain (the hang event's certain_at:
   rank 0 in the barrier and rank 1 at the end, train/hang.py) to the run's end (launch_end); the median.
-- the launcher imports no fastai: checked in a fresh process that imports what `python -m train` does.
+- frameworks: for Lightning, the Trainer and Accelerate, a cold `python -m train framework=<name>
+  callback=as_shipped` (2 ranks) against bench/plain_<name>.py under torchrun, alternately, --repeats times.
+- the launcher imports no framework: checked in a fresh process that imports what `python -m train` does.
 
 Figures go to runs/bench/<time>/bench.json with the machine's cores and the versions. Speed goals
 live here, not in the tests: timings on a shared machine are noisy.
@@ -49,7 +52,14 @@ GOALS = {
     "barrier_cost_s": (0.1, "<=", "s", "barrier job wall - unsynced job wall at equal skew (medians)"),
     "hang_to_end_s": (2.0, "<=", "s", "a hang certain (a peer went past the barrier) to the run's end, disagree x barrier (median)"),
     "launcher_imports_fastai": (False, "==", "", "the launcher imports fastai"),
+    "launcher_imports_a_framework": (False, "==", "", "the launcher imports fastai, Lightning, transformers or "
+                                                      "Accelerate"),
+    **{f"{name}_single_vs_plain_ratio": (0.6, "<=", "x", f"framework={name}: cold single run / plain torchrun "
+                                                          f"script bench/plain_{name}.py (median walls)")
+       for name in ("lightning", "transformers", "accelerate")},
 }
+FRAMEWORKS = ("lightning", "transformers", "accelerate")  # each against its own plain script (--only frameworks)
+FRAMEWORK_MODULES = ("fastai", "pytorch_lightning", "lightning", "transformers", "accelerate")
 INFO = {
     "single_wall_s": "cold single run wall (median)",
     "plain_wall_s": "plain torchrun script wall (median)",
@@ -148,11 +158,35 @@ def median(values):
     return round(statistics.median(values), 3) if values else None
 
 
-def launcher_imports_fastai() -> bool:
+def launcher_imports(modules) -> bool:
+    """Whether importing what `python -m train` imports pulls in any of these top-level packages."""
     code = ("import sys; sys.argv = ['train']; import train.early, train.launch, train.sweep, train.summary; "
-            "print(any(m == 'fastai' or m.startswith('fastai.') for m in sys.modules))")
+            f"print(any(m.split('.')[0] in {tuple(modules)!r} for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     return out.stdout.strip() == "True"
+
+
+def launcher_imports_fastai() -> bool:
+    return launcher_imports(("fastai",))
+
+
+def framework_runs(out_dir: Path, name: str, repeats: int) -> dict:
+    """A cold `python -m train framework=<name> callback=as_shipped` (2 ranks, no skew) against the plain
+    script of the same framework doing the same work under torchrun, alternately; their median walls."""
+    singles, plains = [], []
+    for i in range(repeats):
+        singles.append(single_run(out_dir / f"{name}-single{i}", 0.0, [f"framework={name}", "callback=as_shipped",
+                                                                         "world_size=2"]))
+        start = time.perf_counter()
+        plain = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                                str(ROOT / "bench" / f"plain_{name}.py"), "--out", str(out_dir / f"{name}-plain{i}")],
+                               cwd=ROOT, capture_output=True, text=True)
+        plains.append({"exit_code": plain.returncode, "wall_s": round(time.perf_counter() - start, 3)})
+        print(f"  {name}: single {singles[-1]['wall_s']:6.2f} s ({singles[-1]['verdict']})   "
+              f"plain torchrun {plains[-1]['wall_s']:6.2f} s", flush=True)
+    single, plain = median(r["wall_s"] for r in singles), median(r["wall_s"] for r in plains)
+    return {"single_runs": singles, "plain_runs": plains, "single_wall_s": single, "plain_wall_s": plain,
+            "ratio": round(single / plain, 3) if single and plain else None}
 
 
 def versions() -> dict:
@@ -164,7 +198,8 @@ def versions() -> dict:
         except metadata.PackageNotFoundError:
             return None
     return {"python": platform.python_version(),
-            **{p: version(p) for p in ("torch", "fastai", "accelerate", "hydra-core", "scikit-learn")}}
+            **{p: version(p) for p in ("torch", "fastai", "pytorch-lightning", "transformers", "accelerate", "hydra-core",
+                                       "scikit-learn")}}
 
 
 def met(name, value):
@@ -188,7 +223,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="single runs, plain runs, and barrier/unsynced jobs")
     parser.add_argument("--jobs", type=int, default=10, help="jobs in the sweep")
     parser.add_argument("--skew", type=float, default=3.0)
-    parser.add_argument("--only", default="single,sweep,barrier,hang", help="which parts to run")
+    parser.add_argument("--only", default="single,sweep,barrier,hang,frameworks", help="which parts to run")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the single runs")
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
@@ -251,7 +286,13 @@ def main(argv=None):
         figures["hang_to_end_s"] = median(ends)
         print(f"  hang certain to the run's end: {ends} s", flush=True)
 
+    if "frameworks" in parts:
+        for name in FRAMEWORKS:
+            record[f"{name}_runs"] = runs = framework_runs(out_dir, name, args.repeats)
+            figures[f"{name}_single_vs_plain_ratio"] = runs["ratio"]
+
     figures["launcher_imports_fastai"] = launcher_imports_fastai()
+    figures["launcher_imports_a_framework"] = launcher_imports(FRAMEWORK_MODULES)
     record.update(figures=figures, goals={k: {"goal": g, "op": op, "unit": u, "what": w, "met": met(k, figures.get(k))}
                                           for k, (g, op, u, w) in GOALS.items()},
                   machine={"host": platform.node(), "cores": os.cpu_count(),

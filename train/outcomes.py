@@ -319,13 +319,13 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
                 "stale": "loaded an older checkpoint"}[name]
         if name == "stale":
             what += f" ({group[0].detail.removeprefix('loaded ')})"
-        when = f" {_span(leads)} before {saver} finished saving" if leads and name != "unsafe" else \
-            (" and no save finished" if not written and name == "missing" else "")
+        not_here = _not_on_this_node(events, group, written[-1]) if name == "missing" and written else ""
+        when = f" {_span(leads)} before {saver} finished saving" if leads and name != "unsafe" and not not_here else \
+            (" and no save finished" if not written and name == "missing" else "")  # not on its disk: never
         why = f" ({group[0].detail.split(':')[0]})" if name in ("missing", "corrupt") and group[0].detail else ""
         if name == "missing" and ONLY_WARNED in group[0].detail:  # no error raised: say what the framework did
             why = f" ({group[0].detail.split(' (')[0]})"
-        if name == "missing" and written and not leads:
-            why += _not_on_this_node(events, group, written[-1])
+        why += not_here
         parts.append(f"{_ranks(o.rank for o in group)} {what}{when}{why}")
     if by.get("skipped"):
         parts.append(f"{_ranks(o.rank for o in by['skipped'])} skipped the load ({by['skipped'][0].detail})")
