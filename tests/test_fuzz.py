@@ -215,15 +215,20 @@ def wrong_state(draw_shape):
     return {name: torch.zeros(draw_shape, dtype=torch.float64) for name in model().state_dict()}
 
 
-CHECKPOINT_BYTES = st.one_of(
-    st.binary(max_size=2048),  # random bytes
-    st.just(b""),  # an empty file
-    st.integers(0, 4000).map(lambda n: saved(model().state_dict())[:n]),  # a torn archive
-    st.tuples(st.integers(1, 3), st.integers(1, 3)).map(lambda s: saved(wrong_state(s))),  # wrong shapes, dtypes
-    st.just(saved({"x": RunsCode()})),  # torch's format, naming a global
-    st.sampled_from([0, 2, 4, 5]).map(lambda p: __import__("pickle").dumps(RunsCode(), protocol=p)),  # a bare pickle
-    st.just(saved([1, 2, 3])),  # valid, but not a state dict
+CHECKPOINT_BYTES = st.one_of(  # (what the file is, its bytes)
+    st.binary(max_size=2048).map(lambda b: ("garbage", b)),  # random bytes
+    st.just(("garbage", b"")),  # an empty file
+    st.integers(0, 4000).map(lambda n: ("garbage", saved(model().state_dict())[:n])),  # a torn archive
+    st.just(("code", saved({"x": RunsCode()}))),  # torch's format, naming a global
+    st.sampled_from([0, 2, 4, 5]).map(lambda p: ("code", __import__("pickle").dumps(RunsCode(), protocol=p))),
+    # whole files of something else: another model's shapes and dtypes, or no state dict at all
+    st.tuples(st.integers(1, 3), st.integers(1, 3)).map(lambda s: ("foreign", saved(wrong_state(s)))),
+    st.just(("foreign", saved([1, 2, 3]))),
 )
+# What each kind may read as: broken bytes are the file's (corrupt), never the harness's; code is refused
+# (unsafe, or corrupt where the bare pickle is not even torch's format); a whole checkpoint of another model is
+# the setup's error (tests/test_cells.py: a checkpoint of another model is an error, not a race)
+ALLOWED = {"garbage": {"corrupt"}, "code": {"unsafe", "corrupt"}, "foreign": {"error"}}
 
 
 def outcome_of_reading(path: Path):
@@ -244,15 +249,15 @@ def outcome_of_reading(path: Path):
 
 
 @given(CHECKPOINT_BYTES)
-@example(b"")
-def test_every_checkpoint_file_reads_to_an_outcome_with_a_sentence_and_runs_no_code(tmp_path_factory, data):
-    from train.outcomes import OUTCOMES
-
+@example(("garbage", b""))  # EOFError with no message: no sentence (found 2026-12-01)
+@example(("garbage", b"X\x00\x00\x00\x00\x80"))  # IndexError from torch's unpickler: was the harness's error
+def test_every_checkpoint_file_reads_to_an_outcome_with_a_sentence_and_runs_no_code(tmp_path_factory, case):
+    kind, data = case
     MARKER.unlink(missing_ok=True)
     path = tmp_path_factory.mktemp("ckpt") / "best.pth"
     path.write_bytes(data)
     outcome, sentence = outcome_of_reading(path)
-    assert outcome in OUTCOMES and outcome != "error", (outcome, sentence)  # the file's fault, not the harness's
+    assert outcome in ALLOWED[kind], (kind, outcome, sentence)
     assert outcome == "loaded" or re.fullmatch(r"\w+(: |, )\S.*", sentence), sentence
     assert not MARKER.exists(), "the checkpoint ran code"
 

@@ -517,6 +517,12 @@ def test_a_corrupt_read_is_told_by_its_error_type_or_message():
     assert not is_corrupt_read("RuntimeError", "size mismatch")
     assert classify_load_error("RuntimeError", "Weights only load failed. x") == "unsafe"
     assert classify_load_error("UnpicklingError", "Weights only load failed. x") == "unsafe"  # not corrupt
+    # weights_only's reason, which error_fields puts after the first line: a global is code, an operand garbage
+    assert classify_load_error("UnpicklingError", "Weights only load failed: Trying to load unsupported GLOBAL "
+                                                  "posix.system whose module posix is blocked.") == "unsafe"
+    assert classify_load_error("UnpicklingError", "Weights only load failed: Unsupported operand 0") == "corrupt"
+    assert classify_load_error("IndexError", "index out of range", in_reader=True) == "corrupt"
+    assert classify_load_error("IndexError", "index out of range") == "error"  # raised elsewhere: not the file's
     assert classify_load_error("FileNotFoundError", "truncated") == "missing"
 
 

@@ -16,7 +16,7 @@ Each rank's outcome:
   skipped  it did not load: it looked and saw no file, or every rank agreed not to
   stale    it loaded an older checkpoint (an earlier save, or a file this run never wrote)
   missing  it tried to load and there was no file
-  corrupt  it read a partly written or unreadable file, or one that holds no checkpoint of this model
+  corrupt  it read a partly written or unreadable file
   unsafe   the file held code, and weights_only=True refused to run it
   timeout  its sync waited past timeout.collective_s (or the run past timeout.run_s)
   hung     its sync could never end: a peer it waited for had gone on to the end, or waited in another sync;
@@ -42,7 +42,6 @@ VERDICTS = ("clean", "race", "save_failed", "error", "interrupted")
 # What torch.load says about a partly written or unreadable file, and safetensors (at any cut of a file).
 _CORRUPT_TYPES = {"UnpicklingError", "EOFError", "BadZipFile"}
 _CORRUPT_TEXT = ("PytorchStreamReader", "zip archive", "central directory", "unexpected EOF", "truncated",
-                 "Error(s) in loading state_dict", "Expected state_dict to be dict-like",  # a file, not of this model
                  "metadata read failed",  # dcp's .metadata
                  "Error while deserializing header")  # safetensors, at any cut of a file
 _UNSAFE_TEXT = "Weights only load failed"
@@ -104,8 +103,8 @@ def classify_load_error(error_type: str, message: str, in_reader: bool = False) 
         return "missing"
     if error_type == "IsADirectoryError":  # a folder where the file should be: nothing readable
         return "corrupt"
-    if _UNSAFE_TEXT in message:
-        return "unsafe"
+    if _UNSAFE_TEXT in message:  # weights_only refused it: a global (code), or bytes that are no pickle at all
+        return "corrupt" if "Unsupported operand" in message else "unsafe"
     if in_reader or is_corrupt_read(error_type, message):
         return "corrupt"
     return "error"

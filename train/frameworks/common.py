@@ -58,7 +58,12 @@ def error_fields(e: BaseException) -> dict:
     first = next(iter(failures.values()), None) if isinstance(failures, dict) else None
     if isinstance(first, tuple) and first and isinstance(first[0], BaseException):
         e = first[0]
-    message = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    message = lines[0][:300] if lines else ""
+    if message.startswith("Weights only load failed"):  # torch's reason comes lines later: a global, or garbage
+        reason = next((line for line in lines[1:] if not line.startswith(("Please file", "Check the documentation"))),
+                      "")
+        message = f"Weights only load failed: {reason}"[:300]
     error_type = getattr(e, "error_type", type(e).__name__)
     timed_out = "timed out" in str(e).lower() or "timeout" in error_type.lower()
     frames = traceback.extract_tb(e.__traceback__)
