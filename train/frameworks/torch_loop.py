@@ -119,7 +119,14 @@ class ResumeLoop:
                 self.events.record("train_error", epoch=epoch, **error_fields(e))
             raise
         self.events.record("train_end")
+        self.sync_buffers()
         self.events.record("final", digest=self.digest())
+
+    def sync_buffers(self):
+        """Rank 0's buffers to every rank, as DDP does before each forward: after the last step of an epoch each
+        rank's BatchNorm statistics are its own batch's (not a divergence; dcp would save a mix of them)."""
+        for buffer in self.model.module.buffers():
+            dist.broadcast(buffer, src=0)
 
     def digest(self) -> str:
         return weights_digest(self.model.module.state_dict())
@@ -199,6 +206,7 @@ class ResumeLoop:
     def save(self, epoch: int):
         """Rank 0 writes epoch<k> (with dcp every rank writes its part), then a barrier."""
         path, step = self.path_of(epoch), (epoch + 1) * self.steps_per_epoch
+        self.sync_buffers()
         weights = self.model.module.state_dict()
         if self.fix == "dcp":
             self.save_dcp(path, epoch, step, weights)
