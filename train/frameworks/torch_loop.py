@@ -119,8 +119,9 @@ class ResumeLoop:
                 self.events.record("train_error", epoch=epoch, **error_fields(e))
             raise
         self.events.record("train_end")
-        self.sync_buffers()
-        self.events.record("final", digest=self.digest())
+        # the weights it ends with: its parameters, which DDP keeps equal on every rank; BatchNorm's statistics are
+        # each rank's own last batch's (a sync here would pair with a peer's all-reduce when the ranks disagree)
+        self.events.record("final", digest=weights_digest(dict(self.model.module.named_parameters())))
 
     def sync_buffers(self):
         """Rank 0's buffers to every rank, as DDP does before each forward: after the last step of an epoch each
