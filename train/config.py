@@ -49,8 +49,8 @@ class FaultConfig:
                        choices=["mid_write", "after_save"])
     stale_listing: bool = key(False, "after a restart, every rank but 0 lists the checkpoints as a stale directory "
                                      "cache would: without the newest (resume_disagree)")
-    delete_race: bool = key(False, "a rank other than 0 that deletes an old checkpoint comes second: it deletes once a "
-                                   "peer has deleted the same file (cleanup)")
+    delete_race: bool = key(False, "two ranks delete the same old checkpoint, rank 0 first: it deletes once a peer has "
+                                   "listed the file, the peer once rank 0 has deleted it (cleanup)")
 
 
 @dataclass

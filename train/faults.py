@@ -19,6 +19,7 @@ import errno
 import os
 import signal
 import time
+from datetime import timedelta
 
 import torch.distributed as dist
 
@@ -101,10 +102,25 @@ class Faults:
             return names[:-1]
         return names
 
+    def listed(self, paths: list):
+        """A rotation's listing of the old checkpoints it is about to delete. With fault.delete_race, every rank
+        but 0 says so on the rendezvous store (each attempt has its own keys, train/worker.py)."""
+        if self.fault["delete_race"] and self.rank != 0:
+            store = dist.distributed_c10d._get_default_store()
+            for path in paths:
+                store.set(f"race-lab/listed/{os.path.basename(path)}", "1")
+
     def before_delete(self, path, timeout_s: float):
-        """With fault.delete_race, a rank other than 0 about to delete an old checkpoint waits until a peer has
-        deleted it (up to timeout_s): two deletes of one file, this one second (transformers#20988)."""
-        if not self.fault["delete_race"] or self.rank == 0:
+        """With fault.delete_race, two ranks delete one file, rank 0 first: rank 0 waits until a peer has listed
+        it (up to timeout_s), and a peer waits until rank 0 has deleted it (transformers#20988)."""
+        if not self.fault["delete_race"]:
+            return
+        if self.rank == 0:
+            try:
+                dist.distributed_c10d._get_default_store().wait([f"race-lab/listed/{os.path.basename(path)}"],
+                                                                 timedelta(seconds=timeout_s))
+            except (RuntimeError, dist.DistError):  # no peer listed it in time: delete anyway
+                pass
             return
         deadline = time.monotonic() + timeout_s
         while os.path.lexists(path) and time.monotonic() < deadline:
@@ -138,7 +154,7 @@ def describe(cfg: dict) -> str:
     if fault["stale_listing"]:
         parts.append("after a restart every rank but 0 lists the checkpoints without the newest (a stale listing)")
     if fault["delete_race"]:
-        parts.append("a rank that deletes an old checkpoint comes second to a peer deleting the same file")
+        parts.append("two ranks delete the same old checkpoint, rank 0 first")
     if ckpt["keep_last"]:
         parts.append(f"checkpoints rotate: the newest {ckpt['keep_last']} are kept")
     if ckpt["pointer"]:

@@ -257,6 +257,7 @@ class ResumeLoop:
         if self.fix == "rank0_rotates":
             rotate_on_rank0(self.events, old, self.delete)
             return
+        self.faults.listed(old)
         for path in old:
             self.faults.before_delete(path, self.timeout_s)
             self.delete(path)
