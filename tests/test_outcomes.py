@@ -600,3 +600,76 @@ def test_the_outcome_and_verdict_names_are_the_documented_ones():
     assert VERDICTS == ("clean", "race", "save_failed", "error", "interrupted")
     assert Verdict("race", "x", "agree", []).as_dict() == {"verdict": "race", "explanation": "x", "replicas": "agree",
                                                            "ranks": []}
+
+
+# --- the resume loop (framework=torch_loop): hand-made events, no ranks --------------------------------------
+
+def _resume_run(*rank_events, status="ok"):
+    """A resume run's events: (t, rank, event, fields) tuples, with the launcher's start and end around them."""
+    events = [{"t": 0.0, "rank": "launcher", "event": "launch_start"}]
+    events += [{"t": t, "rank": r, "event": name, **fields} for t, r, name, fields in rank_events]
+    events.append({"t": 99.0, "rank": "launcher", "event": "launch_end", "status": status})
+    return sorted(events, key=lambda e: e["t"])
+
+
+def _attempt0_killed_mid_epoch1():
+    """Both ranks start fresh; rank 0 saves epoch 0 (step 10), then is killed halfway through epoch 1's file."""
+    out = []
+    for r in (0, 1):
+        out += [(1.0, r, "loop_start", {"attempt": 0}),
+                (1.1, r, "resume", {"attempt": 0, "epoch": -1, "step": 0, "path": None, "digest": "init"})]
+    out += [(2.0, 0, "save_start", {"attempt": 0, "epoch": 0, "step": 10, "path": "m/epoch0.pt"}),
+            (2.1, 0, "save_end", {"attempt": 0, "epoch": 0, "step": 10, "path": "m/epoch0.pt", "digest": "e0"}),
+            (3.0, 0, "crash", {"attempt": 0, "at": "mid_write", "epoch": 1, "path": "m/epoch1.pt"})]
+    return out
+
+
+def test_resume_from_the_previous_complete_epoch_is_clean():
+    from train.outcomes import judge
+    events = _attempt0_killed_mid_epoch1()
+    for r in (0, 1):
+        events += [(5.0, r, "loop_start", {"attempt": 1}),
+                   (5.1, r, "resume", {"attempt": 1, "epoch": 0, "step": 10, "path": "m/epoch0.pt", "digest": "e0"}),
+                   (8.0, r, "final", {"attempt": 1, "digest": "end"})]
+    v = judge(_resume_run(*events), 2).as_dict()
+    assert v["verdict"] == "clean" and v["replicas"] == "agree"
+    assert v["resume"]["run"] == "finished" and v["resume"]["restarts"] == 1
+    assert v["resume"]["attempts"][0]["file"] == "m/epoch1.pt"  # the file attempt 0 died on
+    assert all(r[-1]["steps_lost"] == 0 for r in v["resume"]["ranks"].values())
+
+
+def test_a_crash_loop_on_a_torn_file_is_never_clean_and_names_the_file():
+    from train.outcomes import judge
+    events = _attempt0_killed_mid_epoch1()
+    for n in (1, 2):
+        events += [(5.0 * n, 0, "loop_start", {"attempt": n}),
+                   (5.0 * n + 1, 0, "load_error", {"attempt": n, "path": "m/epoch1.pt", "error_type": "OSError",
+                                                   "message": "[Errno 22] Invalid argument"})]
+    v = judge(_resume_run(*events, status="failed"), 2).as_dict()
+    assert v["verdict"] == "race" and v["resume"]["run"] == "out_of_restarts"
+    assert [a["file"] for a in v["resume"]["attempts"]] == ["m/epoch1.pt"] * 3
+    assert v["ranks"][0]["outcome"] == "corrupt"
+    assert "ran out of restarts after 3 attempts" in v["explanation"]
+
+
+def test_ranks_that_resume_from_different_steps_diverge_and_the_older_one_lost_steps():
+    from train.outcomes import judge
+    events = _attempt0_killed_mid_epoch1()
+    events += [(2.5, 0, "save_end", {"attempt": 0, "epoch": 1, "step": 20, "path": "m/epoch1.pt", "digest": "e1"})]
+    events += [(5.1, 0, "resume", {"attempt": 1, "epoch": 1, "step": 20, "path": "m/epoch1.pt", "digest": "e1"}),
+               (5.1, 1, "resume", {"attempt": 1, "epoch": 0, "step": 10, "path": "m/epoch0.pt", "digest": "e0"}),
+               (8.0, 0, "final", {"attempt": 1, "digest": "a"}), (8.0, 1, "final", {"attempt": 1, "digest": "b"})]
+    v = judge(_resume_run(*events), 2).as_dict()
+    assert v["verdict"] == "race" and v["replicas"] == "diverged" and v["resume"]["run"] == "diverged"
+    assert v["resume"]["diverged_at_resume"] == [{0: 20, 1: 10}]
+    assert v["ranks"][1]["outcome"] == "stale" and "10 steps redone" in v["ranks"][1]["detail"]
+
+
+def test_a_delete_of_a_file_a_peer_deleted_is_missing_and_named():
+    from train.outcomes import judge
+    events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
+    events += [(2.0, 1, "rotate_error", {"attempt": 0, "path": "m/epoch0.pt", "error_type": "FileNotFoundError",
+                                         "message": "[Errno 2] No such file or directory: 'm/epoch0.pt'"})]
+    v = judge(_resume_run(*events, status="failed"), 2).as_dict()
+    assert v["verdict"] == "race" and v["ranks"][1]["outcome"] == "missing"
+    assert v["resume"]["attempts"][0]["error_type"] == "FileNotFoundError" and "FileNotFoundError" in v["explanation"]

@@ -43,6 +43,14 @@ class FaultConfig:
                                       "WORLD_SIZE are unset (many_writers)")
     best_epoch: Optional[int] = key(None, "shape the monitored metric so this epoch is the best, -1 the last "
                                           "(skip_if_missing, stale)", min=-1)
+    kill_epoch: Optional[int] = key(None, "framework=torch_loop, first attempt only: rank 0 is killed with SIGKILL at "
+                                          "this epoch's save (crash_mid_save, pointer_first, resume_disagree)", min=0)
+    kill_at: str = key("mid_write", "where: halfway through writing the checkpoint, or once its save is complete",
+                       choices=["mid_write", "after_save"])
+    stale_listing: bool = key(False, "after a restart, every rank but 0 lists the checkpoints as a stale directory "
+                                     "cache would: without the newest (resume_disagree)")
+    delete_race: bool = key(False, "two ranks delete the same old checkpoint, rank 0 first: it deletes once a peer has "
+                                   "listed the file, the peer once rank 0 has deleted it (cleanup)")
 
 
 @dataclass
@@ -55,6 +63,10 @@ class CheckpointConfig:
                                   "(launch.node_disks says how, on one host)")
     guard: str = key("none", "a local exists() check that guards the load (fastai v1) or the sync and the load "
                              "(transformers#40923)", choices=["none", "load", "sync"])
+    keep_last: int = key(0, "framework=torch_loop: keep the newest N checkpoints, deleting older ones after each save; "
+                            "0 keeps all (cleanup)", min=0)
+    pointer: bool = key(False, "framework=torch_loop: find the newest checkpoint through a `latest` pointer file "
+                               "(DeepSpeed's), not by listing the folder (pointer_first)")
 
 
 @dataclass
@@ -76,6 +88,8 @@ class LaunchConfig:
                                   "checkpoint.dir (root or user namespaces); folder: <dir>/node<K>, which a framework "
                                   "that broadcasts rank 0's path sees past; auto: mount where the machine allows it",
                           choices=["auto", "mount", "folder"])
+    max_restarts: int = key(0, "torch elastic's max_restarts: how often the agent restarts the whole worker group "
+                               "after a rank fails; each restart is an attempt (TORCHELASTIC_RESTART_COUNT)", min=0)
     echo_ranks: bool = key(False, "in a sweep (-m), print every rank's full output and each job's table on the console "
                                   "too, as a single run does; else one line a job (the output stays in the run dir's "
                                   "logs/ and console.log)")

@@ -2,7 +2,9 @@
 
 Every rank writes events/rank<N>.jsonl and the launcher writes events/launcher.jsonl.
 Each line is flushed and fsynced as it is written, so a process that dies leaves
-every event it reached.
+every event it reached. A rank's file is opened for appending: a rank that torch elastic
+restarts (launch.max_restarts) adds to what its earlier attempts left, and every rank event
+carries `attempt`, the agent's restart count (TORCHELASTIC_RESTART_COUNT; 0 the first time).
 """
 import json
 import os
@@ -16,10 +18,16 @@ def events_dir(run_dir) -> Path:
     return Path(run_dir) / "events"
 
 
+def attempt() -> int:
+    """This process's attempt: how often torch elastic has restarted the worker group before it."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+
+
 class EventLog:
     def __init__(self, run_dir, rank, name=None):
         """rank: an int for a rank, or LAUNCHER; name: the file's, if not rank<N> or launcher."""
         self.rank = rank
+        self.attempt = attempt() if rank != LAUNCHER else None  # the launcher outlives every attempt
         name = name or (f"rank{rank}" if rank != LAUNCHER else LAUNCHER)
         path = events_dir(run_dir) / f"{name}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -27,6 +35,8 @@ class EventLog:
 
     def record(self, event: str, **fields) -> dict:
         entry = {"t": time.time(), "rank": self.rank, "event": event, **fields}
+        if self.attempt is not None:
+            entry["attempt"] = self.attempt
         self._file.write(json.dumps(entry) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())

@@ -8,10 +8,18 @@ misdetected rank (fault.misdetect_rank) does not change.
   before_last_save a crash, the skew's stall, a misdetected rank
   write            the bytes of a checkpoint reach the file: a stall or an OSError halfway
   before_load      a reader's pause at the start of its load (fault.read_delay_s)
+The resume loop's (framework=torch_loop; fault.kill_epoch, kill_at, stale_listing, delete_race):
+  resume_write     a checkpoint's bytes reach the file; rank 0 may be SIGKILLed halfway (crash_mid_save)
+  kill_point       a named place in a save where rank 0 may be SIGKILLed (after_save, dcp's commit)
+  listing          the checkpoint names a rank sees when it resumes (a stale listing: resume_disagree)
+  before_delete    a rotation's delete of an old checkpoint (it comes second: cleanup)
+A kill is SIGKILL from the rank itself, on the first attempt only: no exception, no handler, no flush.
 """
 import errno
 import os
+import signal
 import time
+from datetime import timedelta
 
 import torch.distributed as dist
 
@@ -63,6 +71,61 @@ class Faults:
         if self.rank != 0 and self.fault["read_delay_s"] > 0:
             self._stall("read_delay", self.fault["read_delay_s"])
 
+    # --- the resume loop's points (framework=torch_loop) ---
+    def resume_write(self, f, data: bytes, epoch: int, path):
+        """Write a checkpoint's bytes into the open file f, in two halves; with kill_at=mid_write, rank 0 is
+        killed between them at fault.kill_epoch's save (the first half is fsynced: a torn file is left)."""
+        half = len(data) // 2
+        f.write(data[:half])
+        f.flush()
+        os.fsync(f.fileno())
+        self.kill_point("mid_write", epoch, path)
+        f.write(data[half:])
+
+    def kill_point(self, at: str, epoch: int, path):
+        """SIGKILL rank 0 here if the scenario places its kill at `at` in this epoch's save, on the first attempt."""
+        from train.events import attempt
+
+        if (self.fault["kill_epoch"] == epoch and self.fault["kill_at"] == at and self.rank == 0
+                and attempt() == 0):
+            self.events.record("crash", at=at, epoch=epoch, path=str(path))
+            self.say(f"Killed with SIGKILL {at.replace('_', ' ')} of epoch {epoch}'s checkpoint (fault.kill_epoch).")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def listing(self, names: list) -> list:
+        """The checkpoint names (oldest first) this rank sees when it resumes. With fault.stale_listing, after
+        a restart every rank but 0 misses the newest, as a stale directory cache would (NFS's attribute cache)."""
+        from train.events import attempt
+
+        if self.fault["stale_listing"] and self.rank != 0 and attempt() > 0 and names:
+            self.events.record("stale_listing", hidden=str(names[-1]))
+            return names[:-1]
+        return names
+
+    def listed(self, paths: list):
+        """A rotation's listing of the old checkpoints it is about to delete. With fault.delete_race, every rank
+        but 0 says so on the rendezvous store (each attempt has its own keys, train/worker.py)."""
+        if self.fault["delete_race"] and self.rank != 0:
+            store = dist.distributed_c10d._get_default_store()
+            for path in paths:
+                store.set(f"race-lab/listed/{os.path.basename(path)}", "1")
+
+    def before_delete(self, path, timeout_s: float):
+        """With fault.delete_race, two ranks delete one file, rank 0 first: rank 0 waits until a peer has listed
+        it (up to timeout_s), and a peer waits until rank 0 has deleted it (transformers#20988)."""
+        if not self.fault["delete_race"]:
+            return
+        if self.rank == 0:
+            try:
+                dist.distributed_c10d._get_default_store().wait([f"race-lab/listed/{os.path.basename(path)}"],
+                                                                 timedelta(seconds=timeout_s))
+            except (RuntimeError, dist.DistError):  # no peer listed it in time: delete anyway
+                pass
+            return
+        deadline = time.monotonic() + timeout_s
+        while os.path.lexists(path) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     def _stall(self, name, seconds, **fields):
         self.events.record(f"{name}_start", seconds=seconds, **fields)
         time.sleep(seconds)
@@ -84,6 +147,18 @@ def describe(cfg: dict) -> str:
     if fault["save_error"]:
         code = getattr(errno, fault["save_error"])
         parts.append(f"rank 0's last save fails halfway with OSError {fault['save_error']} ({os.strerror(code)})")
+    if fault["kill_epoch"] is not None:
+        where = "halfway through writing" if fault["kill_at"] == "mid_write" else "right after it completes"
+        parts.append(f"rank 0 is killed with SIGKILL {where} epoch {fault['kill_epoch']}'s checkpoint, on the "
+                     f"first attempt (torch elastic restarts up to {cfg['launch']['max_restarts']} times)")
+    if fault["stale_listing"]:
+        parts.append("after a restart every rank but 0 lists the checkpoints without the newest (a stale listing)")
+    if fault["delete_race"]:
+        parts.append("two ranks delete the same old checkpoint, rank 0 first")
+    if ckpt["keep_last"]:
+        parts.append(f"checkpoints rotate: the newest {ckpt['keep_last']} are kept")
+    if ckpt["pointer"]:
+        parts.append("the newest checkpoint is found through a `latest` pointer file")
     if fault["read_delay_s"] > 0:
         parts.append(f"every rank but rank 0 pauses {fault['read_delay_s']:g} s before it loads")
     if ckpt["early_saves"]:

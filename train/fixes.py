@@ -8,8 +8,14 @@ framework adapter (train/frameworks/) call these at their own seams, so no fix i
   wait_for_file  poll until a path exists, up to a timeout (poll, atomic)
   broadcast_read rank 0 reads, every other rank gets its object through a collective (broadcast)
   agree          rank 0 decides, every rank takes its decision (agreed)
+  rank0_decides  the same for any value: rank 0's choice of a checkpoint to resume from (agreed, the resume loop)
+  write_marker / is_complete   a completeness marker written last, with a digest of the file (manifest)
+  rotate_on_rank0  keep the newest N checkpoints: one rank deletes the others, after a barrier (rank0_rotates)
 """
+import hashlib
+import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -115,6 +121,60 @@ def agree(events, decide) -> bool:
     return decision[0]["load"]
 
 
+def rank0_decides(events, decide):
+    """Rank 0 calls `decide()` -> any picklable value (the checkpoint to resume from); every rank returns that
+    value, sent with broadcast_object_list (watched as agree), so no rank acts on a listing of its own.
+    Raises SyncFailed (recorded) when the collective fails."""
+    box = [decide() if dist.get_rank() == 0 else None]
+    if not watched(events, "agree", lambda: dist.broadcast_object_list(box, src=0)):
+        raise SyncFailed
+    return box[0]
+
+
+# --- a completeness marker written last (vllm-project/speculators#739, SpecForge#659, NeMo#7952) --------
+
+def marker_of(path) -> Path:
+    return Path(path).with_name(Path(path).name + ".complete")
+
+
+def write_marker(path, data: bytes, **fields):
+    """After the checkpoint at `path` is whole (its bytes `data`), write `<path>.complete` atomically: the sha256
+    of those bytes and `fields` (its weights' digest, step). Written last, it is the commit point."""
+    record = {"sha256": hashlib.sha256(data).hexdigest(), **fields}
+    atomic_write(marker_of(path), lambda f: f.write(json.dumps(record).encode()))
+
+
+def is_complete(path) -> bool:
+    """Whether `path` has its marker and its bytes are the ones the marker names (no torn or swapped file)."""
+    try:
+        record = json.loads(marker_of(path).read_text())
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest() == record["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def rotate_on_rank0(events, old_paths, delete):
+    """Keep the newest checkpoints: after a barrier (no rank still reads an old one), rank 0 alone calls
+    `delete(path)` for each of `old_paths`; no two ranks delete the same file (transformers#20988, Accelerate#1982).
+    Raises SyncFailed (recorded) when the barrier fails."""
+    if not watched(events, "barrier", dist.barrier):
+        raise SyncFailed
+    if dist.get_rank() == 0:
+        for path in old_paths:
+            delete(path)
+
+
+def remove_checkpoint(path):
+    """Delete a checkpoint (a file with its marker, or a dcp folder): the marker first, so that a checkpoint
+    half deleted never reads as complete. A path already gone raises FileNotFoundError, as os.remove does."""
+    path = Path(path)
+    marker_of(path).unlink(missing_ok=True)
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
 # --- torch.distributed.checkpoint without foreign code ---------------------------------------------------
 
 class CheckpointFailed(Exception):
@@ -126,12 +186,13 @@ class CheckpointFailed(Exception):
         self.failures = getattr(e, "failures", {})
 
 
-def dcp_save(state: dict, path):
+def dcp_save(state: dict, path, **options):
+    """dcp.save of `state` to `path`; options: dcp.save's own (storage_writer)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
     try:
-        dcp.save(state, checkpoint_id=str(path))
+        dcp.save(state, checkpoint_id=str(path), **options)
     except CheckpointException as e:
         raise CheckpointFailed(e) from None
 

@@ -203,7 +203,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         min_nodes=nodes, max_nodes=nodes, nproc_per_node=cfg["world_size"] // nodes, run_id=cfg["rdzv"]["id"],
         rdzv_backend="c10d", rdzv_endpoint=cfg["rdzv"]["endpoint"],
         rdzv_configs={"join_timeout": cfg["timeout"]["collective_s"], "read_timeout": cfg["timeout"]["collective_s"]},
-        max_restarts=0, monitor_interval=0.02, start_method=cfg["launch"]["start_method"],
+        max_restarts=cfg["launch"]["max_restarts"], monitor_interval=0.02, start_method=cfg["launch"]["start_method"],
         shutdown_timeout=SHUTDOWN_S,
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL,
                                     tee=Std.ALL if echo else Std.NONE),

@@ -15,10 +15,10 @@ from train.outcomes import OUTCOMES
 from train.summary import save_png_atomic
 
 SCENARIO_ORDER = ["seed", "stale", "torn", "skip_if_missing", "disagree", "save_fails", "many_writers",
-                  "no_shared_fs"]
-FIX_ORDER = ["as_shipped", "unsynced", "barrier", "wait_for_everyone", "poll", "atomic", "agreed", "broadcast", "dcp",
-             "save_on_each_node"]
-FRAMEWORK_ORDER = ["fastai", "lightning", "transformers", "accelerate"]
+                  "no_shared_fs", "crash_mid_save", "pointer_first", "cleanup", "resume_disagree"]
+FIX_ORDER = ["as_shipped", "unsynced", "in_place", "barrier", "wait_for_everyone", "poll", "atomic", "agreed",
+             "broadcast", "dcp", "save_on_each_node", "manifest", "rank0_rotates"]
+FRAMEWORK_ORDER = ["fastai", "lightning", "transformers", "accelerate", "torch_loop"]
 COLOURS = {"clean": "#a1d99b", "save_failed": "#9ecae1", "race": "#fc9272", "error": "#bdbdbd",
            "interrupted": "#bdbdbd", "n/a": "#f0f0f0", "crashed": "#bdbdbd"}
 TITLE = "What every rank ended up with: scenario (what goes wrong) x fix"

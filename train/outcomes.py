@@ -25,6 +25,16 @@ Each rank's outcome:
   crashed  it died where a scenario placed a crash (fault.crash_rank)
   error    it failed for a reason outside the experiment: the harness's failure, not a race
 
+A run of the resume loop (framework=torch_loop: a loop_start event; every rank event has its `attempt`) is judged
+by resume_judge: each rank's resumes (resume{epoch, step, path, digest}) against the newest checkpoint whose save
+had ended before it (save_end{step, digest}), and the end of its last attempt; the run's `resume` record says
+whether it finished, ran out of restarts (each attempt: the file it died on), or ended on diverged replicas.
+  loaded   it finished, and every resume was from the newest complete checkpoint (or a fresh start with none)
+  stale    it resumed from an older checkpoint than the newest complete one: steps redone
+  corrupt  its resume read a torn file, or loaded weights no complete save wrote: steps skipped
+  missing  a file it read or deleted was not there (a peer deleted it first)
+  crashed  it was killed where the scenario placed the kill, in the last attempt
+
 The verdict:
   clean        every rank holds the last checkpoint
   race         ranks diverged, hung, crashed or read the wrong file
@@ -65,10 +75,14 @@ class Verdict:
     explanation: str
     replicas: str  # agree | diverged | unknown: do the ranks end with the same weights?
     ranks: list
+    resume: dict = None  # a resume loop's run: its attempts and each rank's resumes (resume_judge)
 
     def as_dict(self):
-        return {"verdict": self.verdict, "explanation": self.explanation, "replicas": self.replicas,
-                "ranks": [asdict(r) for r in self.ranks]}
+        out = {"verdict": self.verdict, "explanation": self.explanation, "replicas": self.replicas,
+               "ranks": [asdict(r) for r in self.ranks]}
+        if self.resume is not None:
+            out["resume"] = self.resume
+        return out
 
 
 def _last(events, name):
@@ -420,7 +434,166 @@ def decide(outcomes: list, events: list, status) -> str:
 
 def judge(events: list, world_size: int) -> Verdict:
     """The run's verdict over every rank's outcome (see the module's docstring)."""
+    if any(e["event"] == "loop_start" for e in events):
+        return resume_judge(events, world_size)
     outcomes = [classify_rank(r, events) for r in range(world_size)]
     verdict = decide(outcomes, events, _launch_status([e for e in events if e["rank"] == "launcher"]))
     agreement = replicas(outcomes)
     return Verdict(verdict, explain(outcomes, events, verdict, agreement), agreement, outcomes)
+
+
+# --- the resume loop (framework=torch_loop): restarts, and the checkpoint each attempt resumed from ------------
+
+FAILURE_EVENTS = ("crash", "load_error", "rotate_error", "train_error", "sync_error")
+
+
+def _attempt(e) -> int:
+    return e.get("attempt", 0)
+
+
+def newest_complete(events, t: float):
+    """The newest save that had ended by time t (its save_end), or None."""
+    ended = [e for e in saves(events) if e["t"] <= t]
+    return max(ended, key=lambda e: e.get("step", 0), default=None)
+
+
+def resume_record(events, resume: dict) -> dict:
+    """One resume against the newest complete checkpoint at that moment: steps_lost > 0 were redone (it resumed
+    older), < 0 skipped (it resumed from a step no complete save had reached)."""
+    newest = newest_complete(events, resume["t"])
+    newest_step = newest["step"] if newest else 0
+    out = {"attempt": _attempt(resume), "step": resume["step"], "path": resume.get("path"),
+           "newest_complete": newest["path"] if newest else None, "newest_step": newest_step,
+           "steps_lost": newest_step - resume["step"]}
+    same_step = [s for s in saves(events) if s["t"] <= resume["t"] and s.get("step") == resume["step"]]
+    out["torn"] = bool(resume.get("path")) and bool(same_step) and all(s["digest"] != resume["digest"]
+                                                                       for s in same_step)
+    return out
+
+
+def attempt_end(events, n: int, finished: bool) -> dict:
+    """How attempt n ended: finished, or the first failure in it (which rank, which file, what)."""
+    if finished:
+        return {"attempt": n, "ended": "finished"}
+    mine = [e for e in events if isinstance(e["rank"], int) and _attempt(e) == n]
+    failed = [e for e in mine if e["event"] in FAILURE_EVENTS]
+    if not failed:
+        return {"attempt": n, "ended": "died", "rank": None, "file": None, "what": "no rank recorded why"}
+    first = min(failed, key=lambda e: e["t"])
+    if first["event"] == "crash":
+        what = f"rank {first['rank']} killed with SIGKILL {first['at'].replace('_', ' ')} (planted)"
+    elif first["event"] == "load_error":
+        kind = classify_load_error(first["error_type"], first["message"], first.get("in_reader", False))
+        what = f"rank {first['rank']} could not resume from it ({kind}: {load_error_sentence(first['error_type'], first['message'])})"
+    elif first["event"] == "rotate_error":
+        what = f"rank {first['rank']} deleting it: {first['error_type']}: {short(first['message'])}"
+    else:
+        what = f"rank {first['rank']} in epoch {first.get('epoch', '?')}: {first['error_type']}: {short(first['message'])}"
+    return {"attempt": n, "ended": "died", "rank": first["rank"], "file": first.get("path"), "what": what,
+            "error_type": first.get("error_type")}
+
+
+def resume_rank(rank: int, events: list, last: int, status, resumes: list) -> RankOutcome:
+    """One rank of a resume run: how its last attempt ended, else how its resumes stood."""
+    mine = [e for e in events if e["rank"] == rank]
+    now = [e for e in mine if _attempt(e) == last]
+    final = _last(now, "final")
+
+    def result(outcome, detail=""):
+        return RankOutcome(rank, outcome, detail, rank_timings(now, events), final["digest"] if final else "")
+
+    failed = _last(now, "load_error")
+    if failed:
+        kind = classify_load_error(failed["error_type"], failed["message"], failed.get("in_reader", False))
+        return result(kind, f"resuming from {failed.get('path')}: {load_error_sentence(failed['error_type'], failed['message'])}")
+    deleted = _last(now, "rotate_error")
+    if deleted:
+        kind = "missing" if deleted["error_type"] == "FileNotFoundError" else "error"
+        return result(kind, f"deleting {deleted['path']}: {deleted['error_type']}: {short(deleted['message'])}")
+    if _last(now, "crash"):
+        return result("crashed", "killed with SIGKILL where the scenario placed it")
+    worst = max(resumes, key=lambda r: (r["torn"], abs(r["steps_lost"]), r["attempt"]), default=None)
+    behind = ""
+    if worst and worst["steps_lost"] > 0:
+        behind = (f"resumed from step {worst['step']} in attempt {worst['attempt']}; the newest complete checkpoint "
+                  f"was step {worst['newest_step']}: {worst['steps_lost']} steps redone")
+    trained = _last(now, "train_error") or _last(now, "sync_error")
+    if trained:
+        if trained.get("timed_out"):
+            return result("timeout", "; ".join(x for x in (behind, f"then its {trained.get('how', 'all-reduce')} "
+                                                          "timed out waiting for a peer") if x))
+        return result("aborted", f"{trained['error_type']} when a peer died")
+    if final and status == "ok":
+        if worst and worst["torn"]:
+            return result("corrupt", f"resumed from {worst['path']}, weights no complete save wrote")
+        if worst and worst["steps_lost"] < 0:
+            return result("corrupt", f"resumed from step {worst['step']}, ahead of every complete save "
+                                     f"(step {worst['newest_step']}): {-worst['steps_lost']} steps skipped")
+        if behind:
+            return result("stale", behind)
+        return result("loaded", f"resumed from step {worst['step']}" if worst and worst["path"] else "")
+    return result("aborted", "stopped by torch elastic when a peer failed")
+
+
+def resume_judge(events: list, world_size: int) -> Verdict:
+    """The verdict of a resume loop's run: clean only when it finished, every rank resumed from the newest
+    complete checkpoint each time, and the replicas agree. A run that used up its restarts is never clean."""
+    status = _launch_status([e for e in events if e["rank"] == "launcher"])
+    ranked = [e for e in events if isinstance(e["rank"], int)]
+    attempts = sorted({_attempt(e) for e in ranked}) or [0]
+    last = attempts[-1]
+    resumes = {r: [resume_record(events, e) for e in ranked if e["rank"] == r and e["event"] == "resume"]
+               for r in range(world_size)}
+    outcomes = [resume_rank(r, events, last, status, resumes[r]) for r in range(world_size)]
+    # the replicas: the weights each rank resumed from, attempt by attempt, then what each ends with
+    split = []
+    for n in attempts:
+        read = {e["rank"]: e for e in ranked if e["event"] == "resume" and _attempt(e) == n}
+        if len({e["digest"] for e in read.values()}) > 1:
+            split.append({r: e["step"] for r, e in sorted(read.items())})
+    agreement = "diverged" if split else replicas(outcomes)
+    ends = [attempt_end(events, n, finished=n == last and status == "ok") for n in attempts]
+    run = "interrupted" if status == "interrupted" else "error" if status == "harness_error" else \
+        ("diverged" if agreement == "diverged" else "finished") if status == "ok" else "out_of_restarts"
+    record = {"run": run, "restarts": len(attempts) - 1, "attempts": ends,
+              "ranks": {str(r): resumes[r] for r in range(world_size)}, "diverged_at_resume": split}
+    kinds = {o.outcome for o in outcomes}
+    if status in ("interrupted", "harness_error") or "error" in kinds:
+        verdict = "interrupted" if status == "interrupted" else "error"
+    elif run == "finished" and kinds == {"loaded"} and agreement == "agree":
+        verdict = "clean"
+    else:
+        verdict = "race"
+    return Verdict(verdict, resume_explain(verdict, record, outcomes), agreement, outcomes, record)
+
+
+def resume_explain(verdict: str, record: dict, outcomes: list) -> str:
+    """One sentence: how each attempt ended, where each rank resumed from, and how the run ended."""
+    died = [a for a in record["attempts"] if a["ended"] == "died"]
+    deaths = "; ".join(f"attempt {a['attempt']} died on {file_name(a['file'])}: {a['what']}" for a in died)
+    if verdict in ("error", "interrupted"):
+        bad = [o for o in outcomes if o.outcome == "error"]
+        return f"{verdict}: " + ("; ".join(f"rank {o.rank} failed ({o.detail})" for o in bad) or record["run"])
+    parts = []
+    if record["run"] == "out_of_restarts":
+        parts.append(f"ran out of restarts after {len(record['attempts'])} attempts ({deaths})")
+    elif died:
+        parts.append(f"torch elastic restarted it {record['restarts']} time{'s' if record['restarts'] > 1 else ''} "
+                     f"({deaths})")
+    for split in record["diverged_at_resume"]:
+        steps = ", ".join(f"rank {r} from step {s}" for r, s in split.items())
+        parts.append(f"the replicas diverged from the first step: the ranks resumed from different checkpoints "
+                     f"({steps})")
+    bad = [o for o in outcomes if o.outcome != "loaded"]
+    parts += [f"rank {o.rank} {o.outcome} ({o.detail})" for o in bad if o.detail]
+    if verdict == "race":
+        return "race: " + "; ".join(parts)
+    last = [r[-1] for r in record["ranks"].values() if r]
+    steps = sorted({r["step"] for r in last})
+    where = f"every rank resumed from step {steps[0]}, the newest complete checkpoint, " if len(steps) == 1 and \
+        any(r["path"] for r in last) else ""
+    return "clean: " + "; ".join(parts + [f"{where}finished with agreeing replicas"])
+
+
+def file_name(path) -> str:
+    return str(path).rsplit("/", 1)[-1] if path else "no file"

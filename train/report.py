@@ -197,14 +197,15 @@ PHASES = [  # (label, start event, end events, colour), drawn in this order
     ("stall (skew)", "skew_start", ("skew_end",), "#969696"),
     ("sync wait", "sync_enter", ("sync_exit", "sync_error"), "#fd8d3c"),
     ("read delay", "read_delay_start", ("read_delay_end",), "#fdd0a2"),
-    ("loading", "load_attempt", ("load_done", "load_error"), "#31a354"),
+    ("loading", "load_attempt", ("load_done", "load_error", "resume"), "#31a354"),
 ]
-FAILURES = ("load_error", "sync_error", "save_error", "crash")
+FAILURES = ("load_error", "sync_error", "save_error", "crash", "rotate_error", "train_error")
 
 
 def timeline_figure(run: Path, events: list):
     """One bar per rank: start-up, training, skew, saving, waiting at its sync, loading; failures
-    marked and each rank's outcome on the right. Time runs from the first rank's start: the
+    marked and each rank's outcome on the right. After restarts (launch.max_restarts) each attempt's phases
+    are drawn on, and a dotted line marks where each restart began. Time runs from the first rank's start: the
     launcher's own start-up before it is only given, in the x label. The title holds the run's
     whole explanation, wrapped, and the figure grows to fit it."""
     from matplotlib.lines import Line2D
@@ -217,6 +218,10 @@ def timeline_figure(run: Path, events: list):
     t0 = next((e["t"] for e in events if e["event"] == "rank_start"), launched)
     end = max(e["t"] for e in events) - t0
     ranks = sorted({e["rank"] for e in events if isinstance(e["rank"], int)})
+    attempts = sorted({e.get("attempt", 0) for e in events if isinstance(e["rank"], int)})
+    restarts = [(n, min(e["t"] for e in events if e["event"] == "rank_start" and e.get("attempt", 0) == n))
+                for n in attempts if n > 0 and any(e["event"] == "rank_start" and e.get("attempt", 0) == n
+                                                   for e in events)]
     fig = figures.figure(10, 1)  # its height is set below, once the title is wrapped
     ax = fig.subplots()
     for y, rank in enumerate(ranks):
@@ -225,13 +230,18 @@ def timeline_figure(run: Path, events: list):
             for i, e in enumerate(mine):
                 if e["event"] != start:
                     continue
-                stop = next((f for f in mine[i + 1:] if f["event"] in stops), None)
-                width = (stop["t"] if stop else t0 + end) - e["t"]
+                # a phase ends within its attempt (launch.max_restarts): a rank killed mid-phase ends it there
+                same = [f for f in mine[i + 1:] if f.get("attempt", 0) == e.get("attempt", 0)]
+                stop = next((f for f in same if f["event"] in stops), None)
+                width = (stop["t"] if stop else (same[-1]["t"] if same and restarts else t0 + end)) - e["t"]
                 ax.barh(y, max(width, end * 0.006), left=e["t"] - t0, color=colour, height=0.6,
                         edgecolor="black" if stop and stop["event"] in FAILURES else "none")
         for e in mine:
             if e["event"] in FAILURES:
                 ax.plot(e["t"] - t0, y, marker="X", color="#d62728", markersize=11, zorder=5)
+    for n, began in restarts:  # where each restart began: its first rank's start
+        ax.axvline(began - t0, color="#636363", linestyle=":", linewidth=1.5)
+        ax.text(began - t0, -0.55, f" attempt {n}", fontsize=8, va="bottom", color="#636363")
     written = saves(events)
     if written:
         ax.axvline(written[-1]["t"] - t0, color="#3182bd", linestyle="--", linewidth=1)
@@ -247,7 +257,8 @@ def timeline_figure(run: Path, events: list):
         text.set_color("#2ca02c" if outcome == "loaded" else "#d62728")
     since = "launch" if t0 == launched else \
         f"the first rank started (the launcher took {t0 - launched:.1f} s before it)"
-    ax.set_xlabel(f"seconds since {since}" + ("; dashed: the last save ended" if written else ""))
+    ax.set_xlabel(f"seconds since {since}" + ("; dashed: the last save ended" if written else "") +
+                  ("; dotted: a restart began (torch elastic)" if restarts else ""))
     cfg = summary["config"]
     head = (f"{cfg.get('scenario') or 'seed'} x {cfg['callback']['name']}, skew {cfg['skew']['seconds']:g} s "
             f"on rank {cfg['skew']['rank']}: {summary['verdict']}")

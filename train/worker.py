@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from train import hang
-from train.events import EventLog
+from train.events import EventLog, attempt
 from train.faults import Faults
 from train.frameworks import adapter
 from train.frameworks.common import Rank, node_disk, say
@@ -34,8 +34,9 @@ def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
         os.environ.setdefault("OMP_NUM_THREADS", "1")  # ranks share the cores
         torch.set_num_threads(1)
         device = torch.device("cpu")
-    dist.init_process_group(plan["backend"], timeout=timedelta(seconds=cfg["timeout"]["collective_s"]),
-                            device_id=device if device.type == "cuda" else None)
+    timeout = timedelta(seconds=cfg["timeout"]["collective_s"])
+    dist.init_process_group(plan["backend"], timeout=timeout, device_id=device if device.type == "cuda" else None,
+                            **attempt_store(rank, cfg["world_size"], timeout))
 
     adapter(cfg).fit_and_load(Rank(cfg, plan, run_dir, events, Faults(cfg, events, say), device))
 
@@ -43,6 +44,18 @@ def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
     events.record("rank_end")
     dist.destroy_process_group()
     return {"rank": rank, "pid": os.getpid()}
+
+
+def attempt_store(rank: int, world_size: int, timeout: timedelta) -> dict:
+    """After a restart (launch.max_restarts), the process group's store: the agent's, under a prefix of this
+    attempt's own. The agent's store outlives the attempts, and env:// reuses its keys as they are (torch 2.14:
+    "a new TCPStore for every retry", not so with the agent's): gloo would read the dead attempt's addresses
+    and fail to connect, and train/hang.py would read the dead ranks' places. The first attempt: env://."""
+    restart = attempt()
+    if restart == 0:
+        return {}
+    agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
+    return {"store": dist.PrefixStore(f"race-lab/attempt{restart}", agent), "rank": rank, "world_size": world_size}
 
 
 def wait_for_every_rank(world_size: int, timeout_s: float):
