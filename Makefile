@@ -38,13 +38,18 @@ run: install ## the seed scenario with both callback variants; prints their verd
 	$(PY) -m train.report --compare runs/seed/$(NOW)/unsynced runs/seed/$(NOW)/barrier
 	@$(PY) -m train.report runs/seed/$(NOW) > /dev/null && echo "timelines: runs/seed/$(NOW)/*/timeline.png"
 
+# JOBS: how many jobs of a sweep or the matrix run side by side (hydra/launcher=jobs, hydra-joblib-launcher: a
+# worker process each, each with its own forkserver); 1: one after another in make's one process (Hydra's
+# basic launcher). Default: one per core (nproc), measured best on 2 cores (README, "Speed").
+JOBS     ?= $(shell nproc 2>/dev/null || echo 1)
+jobs      = $(if $(filter-out 1,$(JOBS)),hydra/launcher=jobs hydra.launcher.n_jobs=$(JOBS))
 SKEWS    ?= 0,0.5,1,2,4
 VARIANTS ?= unsynced,barrier,poll
 REPEATS  ?= 2
 WORLD    ?= 3
-sweep: install ## sweep skew x variant (SKEWS=, VARIANTS=, REPEATS=, WORLD=, ARGS=); writes a report
+sweep: install ## sweep skew x variant (SKEWS=, VARIANTS=, REPEATS=, WORLD=, JOBS=, ARGS=); writes a report
 	$(PY) -m train -m skew.seconds=$(SKEWS) callback=$(VARIANTS) world_size=$(WORLD) \
-		'repeat=range($(REPEATS))' hydra.sweep.dir=runs/sweep/$(NOW) $(ARGS)
+		'repeat=range($(REPEATS))' hydra.sweep.dir=runs/sweep/$(NOW) $(jobs) $(ARGS)
 
 # The scenario x fix matrix. Its defaults differ from sweep's: every scenario and fix, 2 ranks, 5 repeats.
 comma    := ,
@@ -52,11 +57,11 @@ empty    :=
 space    := $(empty) $(empty)
 options   = $(subst $(space),$(comma),$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
 given     = $(if $(filter command line environment,$(origin $(1))),$($(1)),$(2))
-matrix: install ## scenario x fix (x framework), 5 repeats a cell, one Hydra multirun: make matrix [REPEATS=5 WORLD=2 SCENARIOS=seed,torn VARIANTS=barrier,atomic FRAMEWORKS=fastai,lightning ARGS=]
+matrix: install ## scenario x fix (x framework), 5 repeats a cell, one Hydra multirun: make matrix [REPEATS=5 WORLD=2 JOBS=2 SCENARIOS=seed,torn VARIANTS=barrier,atomic FRAMEWORKS=fastai,lightning ARGS=]
 	$(PY) -m train -m scenario=$(call given,SCENARIOS,$(call options,scenario)) \
 		callback=$(call given,VARIANTS,$(call options,callback)) framework=$(call given,FRAMEWORKS,fastai) \
 		world_size=$(call given,WORLD,2) \
-		'repeat=range($(call given,REPEATS,5))' hydra.sweep.dir=$(call given,DIR,runs/matrix/$(NOW)) $(ARGS)
+		'repeat=range($(call given,REPEATS,5))' hydra.sweep.dir=$(call given,DIR,runs/matrix/$(NOW)) $(jobs) $(ARGS)
 
 N ?= 50
 stability: install ## the seed scenario N times with unsynced and with barrier: verdict counts, weight digests (N=50)

@@ -1,6 +1,6 @@
 """Benchmark: time to verdict, each figure beside its goal (issue 9), recorded to a file.
 
-  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier,hang,frameworks]
+  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier,hang,frameworks,matrix]
   (make bench)
 
 - single: `python -m train` (unsynced, skew, 3 ranks; a cold process) and the plain script
@@ -18,6 +18,9 @@
   rank 0 in the barrier and rank 1 at the end, train/hang.py) to the run's end (launch_end); the median.
 - frameworks: for Lightning, the Trainer and Accelerate, a cold `python -m train framework=<name>
   callback=as_shipped` (2 ranks) against bench/plain_<name>.py under torchrun, alternately, --repeats times.
+- matrix: a subset of the matrix (--matrix-scenarios x --matrix-fixes, one repeat) as `make matrix` runs it,
+  at the default JOBS (one job per core, side by side) and at JOBS=1 (one after another, the floor of
+  what side by side saves): each wall, the jobs' verdicts, and the load of the machine around them.
 - the launcher imports no framework: checked in a fresh process that imports what `python -m train` does.
 
 Figures go to runs/bench/<time>/bench.json with the machine's cores and the versions. Speed goals
@@ -67,7 +70,28 @@ INFO = {
     "ranks_start_s": "cold run: launch_start to the first rank_start (median)",
     "sweep_wall_s": "sweep wall",
     "launcher_peak_rss_mib": "launcher peak resident memory (max over cold runs)",
+    "matrix_wall_s": "matrix subset wall, side by side at the default JOBS (one per core)",
+    "matrix_wall_jobs1_s": "matrix subset wall, JOBS=1 (one job after another)",
 }
+MATRIX_SCENARIOS, MATRIX_FIXES = "seed,stale,torn,disagree", "unsynced,barrier,atomic,agreed"
+
+
+def default_jobs() -> int:
+    """make's JOBS default: one job per core this process may use (nproc)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def matrix_run(sweep_dir: Path, jobs: int, scenarios: str, fixes: str) -> dict:
+    """The matrix subset as `make matrix JOBS=jobs REPEATS=1` runs it: its wall and each job's verdict."""
+    side_by_side = ["hydra/launcher=jobs", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else []
+    load = os.getloadavg()[0]
+    run = sweep(sweep_dir, f"scenario={scenarios}", f"callback={fixes}", "framework=fastai", "world_size=2",
+                "repeat=range(1)", *side_by_side)
+    verdicts = {}
+    for job in run.pop("jobs"):
+        verdicts[job["verdict"]] = verdicts.get(job["verdict"], 0) + 1
+    return {**run, "jobs_side_by_side": jobs, "verdicts": verdicts, "load_before": round(load, 2),
+            "load_after": round(os.getloadavg()[0], 2)}
 
 
 def sample_rss(proc) -> int:
@@ -223,7 +247,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="single runs, plain runs, and barrier/unsynced jobs")
     parser.add_argument("--jobs", type=int, default=10, help="jobs in the sweep")
     parser.add_argument("--skew", type=float, default=3.0)
-    parser.add_argument("--only", default="single,sweep,barrier,hang,frameworks", help="which parts to run")
+    parser.add_argument("--only", default="single,sweep,barrier,hang,frameworks,matrix", help="which parts to run")
+    parser.add_argument("--matrix-scenarios", default=MATRIX_SCENARIOS, help="the matrix subset's scenarios")
+    parser.add_argument("--matrix-fixes", default=MATRIX_FIXES, help="the matrix subset's fixes")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the single runs")
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
@@ -290,6 +316,16 @@ def main(argv=None):
         for name in FRAMEWORKS:
             record[f"{name}_runs"] = runs = framework_runs(out_dir, name, args.repeats)
             figures[f"{name}_single_vs_plain_ratio"] = runs["ratio"]
+
+    if "matrix" in parts:  # JOBS=1 first: the side-by-side run then does not meet a cold page cache alone
+        floor = matrix_run(out_dir / "matrix-jobs1", 1, args.matrix_scenarios, args.matrix_fixes)
+        jobs = default_jobs()
+        side = matrix_run(out_dir / f"matrix-jobs{jobs}", jobs, args.matrix_scenarios, args.matrix_fixes)
+        record["matrix"] = {"scenarios": args.matrix_scenarios, "fixes": args.matrix_fixes, "jobs1": floor,
+                            "default_jobs": side}
+        figures["matrix_wall_jobs1_s"], figures["matrix_wall_s"] = floor["wall_s"], side["wall_s"]
+        print(f"  matrix subset: JOBS=1 {floor['wall_s']:6.2f} s {floor['verdicts']}   "
+              f"JOBS={jobs} {side['wall_s']:6.2f} s {side['verdicts']}", flush=True)
 
     figures["launcher_imports_fastai"] = launcher_imports_fastai()
     figures["launcher_imports_a_framework"] = launcher_imports(FRAMEWORK_MODULES)

@@ -98,6 +98,8 @@ def stop_forkserver():
             getattr(helper, "_stop", lambda: None)()
         except ChildProcessError:  # already reaped
             pass
+        except (FileNotFoundError, TypeError):  # in a side-by-side job's worker (loky's process) the
+            pass  # temp dir is gone by now, and the tracker may have no pid: nothing left to wait for
 
 
 def end_with_parent():

@@ -35,7 +35,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from train.config import ConfigError
 from train.faults import describe as describe_faults
 from train.early import preload_list, stop_forkserver
-from train import nodes
+from train import nodes, sweep
 from train.events import LAUNCHER, EventLog, read_events
 from train.outcomes import judge, worst_status
 from train.own_class import check_own_class
@@ -337,13 +337,19 @@ def _run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
-@hydra.main(config_path=str(CONFIGS), config_name="train", version_base="1.3")
-def main(dict_cfg) -> str:
+def run_job(dict_cfg) -> str:
     """One run. In a sweep (-m) a bad or crashed job is reported and the sweep goes on;
-    train/sweep.py then exits non-zero at the end. Returns ok | n/a | invalid | crashed | unexpected."""
+    train/sweep.py then exits non-zero at the end. Returns ok | n/a | invalid | crashed | unexpected
+    (side by side also interrupted | not run).
+    Hydra's task function, main below; a name of its own so that a side-by-side job's worker process
+    (hydra/launcher=jobs) imports it by name instead of being sent a copy of it."""
     hydra_cfg = HydraConfig.get()
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    side_by_side = in_sweep and sweep.side_by_side(hydra_cfg)  # this job runs in a worker process
+    if side_by_side and sweep.stopped(hydra_cfg.sweep.dir):  # queued when the sweep was interrupted
+        discard_run_dir(run_dir)
+        return "not run"
 
     def refuse(message, discard=True):
         if discard:
@@ -402,6 +408,8 @@ def main(dict_cfg) -> str:
     if summary["status"] == "interrupted":
         if in_sweep:  # the sweep ends here; its progress line never comes
             print(f"\n[sweep] {summary['explanation']}; this job's records: {records}", file=sys.stderr, flush=True)
+        if side_by_side:  # the sweep's process waits for each worker's job, then exits 130
+            return "interrupted"
         sys.exit(EXIT_INTERRUPTED)
     if summary["verdict"] == "error":  # the harness failed, or a rank did outside the experiment
         if not in_sweep:
@@ -413,6 +421,9 @@ def main(dict_cfg) -> str:
             sys.exit(EXIT_EXPECT_MISMATCH)
         return "unexpected"
     return "ok"
+
+
+main = hydra.main(config_path=str(CONFIGS), config_name="train", version_base="1.3")(run_job)
 
 
 def resolved(dict_cfg) -> dict:
