@@ -51,15 +51,16 @@ sweep: install ## sweep skew x variant (SKEWS=, VARIANTS=, REPEATS=, WORLD=, JOB
 	$(PY) -m train -m skew.seconds=$(SKEWS) callback=$(VARIANTS) world_size=$(WORLD) \
 		'repeat=range($(REPEATS))' hydra.sweep.dir=runs/sweep/$(NOW) $(jobs) $(ARGS)
 
-# The scenario x fix matrix. Its defaults differ from sweep's: every scenario and fix, 2 ranks, 5 repeats.
+# The scenario x fix matrix. Its defaults differ from sweep's: every scenario and fix (but callback=own, which
+# needs a class of yours: callback._target_), 2 ranks, 5 repeats.
 comma    := ,
 empty    :=
 space    := $(empty) $(empty)
-options   = $(subst $(space),$(comma),$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
+options   = $(subst $(space),$(comma),$(sort $(filter-out $(2),$(basename $(notdir $(wildcard configs/$(1)/*.yaml))))))
 given     = $(if $(filter command line environment,$(origin $(1))),$($(1)),$(2))
 matrix: install ## scenario x fix (x framework), 5 repeats a cell, one Hydra multirun: make matrix [REPEATS=5 WORLD=2 JOBS=2 SCENARIOS=seed,torn VARIANTS=barrier,atomic FRAMEWORKS=fastai,lightning ARGS=]
 	$(PY) -m train -m scenario=$(call given,SCENARIOS,$(call options,scenario)) \
-		callback=$(call given,VARIANTS,$(call options,callback)) framework=$(call given,FRAMEWORKS,fastai) \
+		callback=$(call given,VARIANTS,$(call options,callback,own)) framework=$(call given,FRAMEWORKS,fastai) \
 		world_size=$(call given,WORLD,2) \
 		'repeat=range($(call given,REPEATS,5))' hydra.sweep.dir=$(call given,DIR,runs/matrix/$(NOW)) $(jobs) $(ARGS)
 

@@ -54,7 +54,11 @@ def test_make_matrix_gives_every_cell_and_leaves_nothing_running(matrix):
     assert not processes_tagged(str(sweep))
     with open(sweep / "matrix.csv", newline="") as f:
         cells = {(r["scenario"], r["fix"]): r for r in csv.DictReader(f)}
-    assert len(cells) == len(EXPECTED) * len(FIXES)
+    assert {pair for pair in cells if pair[0] in EXPECTED and pair[1] in FIXES} == \
+        {(scenario, fix) for scenario in EXPECTED for fix in FIXES}
+    others = {pair: cell["verdict"] for pair, cell in cells.items() if pair[0] not in EXPECTED or pair[1] not in FIXES}
+    assert others and set(others.values()) == {"n/a"}, others  # other frameworks' fixes, the resume loop's scenarios
+    assert not any(fix == "own" for _, fix in cells)  # a class of your own is not part of make matrix
     for scenario, row in EXPECTED.items():
         for fix, (verdict, outcome) in zip(FIXES, row):
             cell = cells[(scenario, fix)]
