@@ -3,6 +3,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -81,3 +83,64 @@ def train(tmp_path):
     """train(*overrides): one run of python -m train, each call into a new run dir."""
     dirs = (tmp_path / f"run{i}" for i in itertools.count())
     return lambda *overrides, **kw: run_train(next(dirs), *overrides, **kw)
+
+
+# --- several launches side by side: the real-rank cell tests start their multiruns together --------------
+
+@dataclass
+class Launch:
+    """One command of a side-by-side start, once it ended (or was stopped at its deadline)."""
+    name: str
+    dir: Path  # its run or sweep dir, which tags its processes
+    rc: int
+    out: str  # what it printed (stdout and stderr)
+    hung: bool  # stopped at the deadline
+    deadline_s: float
+
+    def ended(self):
+        assert not self.hung, f"{self.name}: did not end within {self.deadline_s} s; stopped. Output:\n{self.out[-3000:]}"
+        assert not processes_tagged(str(self.dir)), f"{self.name}: left processes running"
+
+    def jobs(self) -> list:
+        """(summary.json, its job dir) of each job of a sweep, once the launch ended and left no process."""
+        self.ended()
+        return [(json.loads(p.read_text()), p.parent) for p in sorted(self.dir.glob("*/summary.json"))]
+
+    def summaries(self) -> dict:
+        """(scenario, fix) -> summary.json of each job."""
+        return {(s["config"]["scenario"], s["config"]["callback"]["name"]): s for s, _ in self.jobs()}
+
+    def cell(self, fix: str) -> dict:
+        """The summary.json of the job with callback=fix (a sweep over fixes of one scenario)."""
+        found = [s for s, _ in self.jobs() if s["config"]["callback"]["name"] == fix]
+        assert found, f"{self.name}: no job with callback={fix}:\n{self.out[-3000:]}"
+        return found[0]
+
+
+def sweep_command(sweep_dir: Path, *overrides) -> tuple:
+    """(argv, dir) of `python -m train -m ...` into sweep_dir, for side_by_side."""
+    return [sys.executable, "-m", "train", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}"], sweep_dir
+
+
+def side_by_side(root: Path, commands: dict, deadline_s: float) -> dict:
+    """Start every command (name -> (argv, dir)) at once, each tagged with its dir, wait for all within
+    deadline_s together (one still running then is killed: its forkserver and ranks go with it), and
+    return name -> Launch. Their output is in root/<name>.log too."""
+    started = {}
+    for name, (argv, run_dir) in commands.items():
+        log = open(root / f"{name}.log", "w")
+        started[name] = (subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                          env=tagged_env(str(run_dir))), run_dir, log)
+    deadline = time.monotonic() + deadline_s
+    out = {}
+    for name, (proc, run_dir, log) in started.items():
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            hung = False
+        except subprocess.TimeoutExpired:
+            proc.kill()  # PR_SET_PDEATHSIG takes its forkserver and ranks along
+            proc.wait()
+            hung = True
+        log.close()
+        out[name] = Launch(name, run_dir, proc.returncode, (root / f"{name}.log").read_text(), hung, deadline_s)
+    return out

@@ -12,16 +12,12 @@ and with its documented fixes, in the cells that tell them apart.
 The groups run side by side, each one Hydra multirun (its later jobs fork from a warm forkserver); no_shared_fs,
 whose two node agents each start their own processes, is marked slow.
 """
-import json
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, processes_tagged, tagged_env
+from conftest import side_by_side, sweep_command
+
 
 ENDS_WITHIN_S = 300  # the groups one fixture starts, together; each takes well under a minute on 2 idle cores
 
@@ -32,50 +28,10 @@ GROUPS = {
 }
 
 
-@dataclass
-class Group:
-    name: str
-    dir: Path
-    rc: int
-    out: str
-    hung: bool
-
-    def ended(self):
-        assert not self.hung, f"{self.name}: did not end within {ENDS_WITHIN_S} s; stopped. Output:\n{self.out[-3000:]}"
-        assert not processes_tagged(str(self.dir)), f"{self.name}: left processes running"
-
-    def cell(self, fix) -> dict:
-        """The summary.json of this group's job with callback=fix."""
-        self.ended()
-        for path in self.dir.glob("*/summary.json"):
-            s = json.loads(path.read_text())
-            if s["config"]["callback"]["name"] == fix:
-                return s
-        raise AssertionError(f"{self.name}: no job with callback={fix}:\n{self.out[-3000:]}")
-
-
 def run_side_by_side(root: Path, groups: dict) -> dict:
-    """Start every group's multirun at once, wait for all; name -> Group."""
-    started = {}
-    for name, argv in groups.items():
-        log = open(root / f"{name}.log", "w")
-        proc = subprocess.Popen([sys.executable, "-m", "train", "-m", "world_size=2", "framework=accelerate", *argv,
-                                 f"hydra.sweep.dir={root / name}"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                env=tagged_env(str(root / name)))
-        started[name] = (proc, log)
-    deadline = time.monotonic() + ENDS_WITHIN_S
-    out = {}
-    for name, (proc, log) in started.items():
-        try:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-            hung = False
-        except subprocess.TimeoutExpired:
-            proc.kill()  # its forkserver and ranks go with it (PR_SET_PDEATHSIG)
-            proc.wait()
-            hung = True
-        log.close()
-        out[name] = Group(name, root / name, proc.returncode, (root / f"{name}.log").read_text(), hung)
-    return out
+    """Start every group's multirun at once, wait for all; name -> conftest's Launch."""
+    return side_by_side(root, {name: sweep_command(root / name, "world_size=2", "framework=accelerate", *argv)
+                               for name, argv in groups.items()}, ENDS_WITHIN_S)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +40,7 @@ def runs(tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def node_local(tmp_path_factory) -> Group:
+def node_local(tmp_path_factory):
     """Two node agents, each starting its own processes: about a minute on 2 busy cores (slow)."""
     root = tmp_path_factory.mktemp("accelerate_nodes")
     return run_side_by_side(root, {"no_shared_fs": GROUPS["no_shared_fs"]})["no_shared_fs"]

@@ -15,15 +15,12 @@ after the first fork from a warm forkserver. A run that does not end in time is 
 need it fail with its name.
 """
 import json
-import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, alive, processes_tagged, tagged_env
+from conftest import alive, side_by_side
 from test_matrix import EXPECTED, FIXES
 
 ENDS_WITHIN_S = 420  # every group together; each takes well under a minute on 2 idle cores
@@ -71,50 +68,10 @@ def groups(root: Path) -> dict:
     return out
 
 
-@dataclass
-class Group:
-    name: str
-    dir: Path
-    rc: int
-    out: str
-    hung: bool
-
-    def ended(self):
-        assert not self.hung, f"{self.name}: did not end within {ENDS_WITHIN_S} s; stopped. Output:\n{self.out[-3000:]}"
-        assert not processes_tagged(str(self.dir)), f"{self.name}: left processes running"
-
-    def summaries(self) -> dict:
-        """(scenario, fix) -> summary.json, of each job of a sweep."""
-        self.ended()
-        found = {}
-        for path in self.dir.glob("*/summary.json"):
-            s = json.loads(path.read_text())
-            found[(s["config"]["scenario"], s["config"]["callback"]["name"])] = s
-        return found
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("cells")
-    started = {}
-    for name, (argv, run_dir) in groups(root).items():
-        log = open(root / f"{name}.log", "w")
-        started[name] = (subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                          env=tagged_env(str(run_dir))), run_dir, log)
-    deadline = time.monotonic() + ENDS_WITHIN_S
-    out = {}
-    for name, (proc, run_dir, log) in started.items():
-        try:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-            hung = False
-        except subprocess.TimeoutExpired:
-            proc.kill()  # its forkserver and ranks go with it (PR_SET_PDEATHSIG)
-            proc.wait()
-            hung = True
-        log.close()
-        out[name] = Group(name, run_dir, proc.returncode, (root / f"{name}.log").read_text(), hung)
-    out["root"] = root
-    return out
+    return {**side_by_side(root, groups(root), ENDS_WITHIN_S), "root": root}
 
 
 # (scenario, fix) -> (verdict, each rank's outcome), as the matrix has them

@@ -10,18 +10,13 @@ The seed and save_fails cells are one multirun, in the fast loop (about a minute
 forkserver); the no_shared_fs cells (two node agents each, which start their ranks afresh) run side by side and
 are slow (about a minute more). Each launch must end in time and leave no process.
 """
-import json
-import re
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, processes_tagged, tagged_env
+from conftest import side_by_side, sweep_command
 from train.events import read_events
+
 
 ENDS_WITHIN_S = 240  # each group of launches; under a minute on 2 idle cores
 
@@ -31,47 +26,13 @@ NO_SHARED_FS = {"nsf_as_shipped": ["scenario=no_shared_fs", "callback=as_shipped
                 "nsf_broadcast": ["scenario=no_shared_fs", "callback=broadcast"]}
 
 
-@dataclass
-class Launch:
-    name: str
-    dir: Path
-    rc: int
-    out: str
-    hung: bool
-
-    def cells(self) -> dict:
-        """(scenario, fix) -> summary.json, once the launch ended and left no process."""
-        assert not self.hung, f"{self.name}: did not end within {ENDS_WITHIN_S} s; stopped. Output:\n{self.out[-3000:]}"
-        assert not processes_tagged(str(self.dir)), f"{self.name}: left processes running"
-        assert self.rc == 0, self.out[-3000:]
-        found = {}
-        for path in self.dir.glob("*/summary.json"):
-            s = json.loads(path.read_text())
-            found[(s["config"]["scenario"], s["config"]["callback"]["name"])] = s
-        return found
-
-
 def start_together(root: Path, sweeps: dict) -> dict:
     """Start every multirun, wait for all (each stopped at ENDS_WITHIN_S), and return (scenario, fix) -> summary."""
-    started = {}
-    for name, argv in sweeps.items():
-        log = open(root / f"{name}.log", "w")
-        argv = [sys.executable, "-m", "train", "-m", "world_size=2", "framework=lightning", *argv,
-                f"hydra.sweep.dir={root / name}"]
-        started[name] = (subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                          env=tagged_env(str(root / name))), log)
-    deadline = time.monotonic() + ENDS_WITHIN_S
     cells = {}
-    for name, (proc, log) in started.items():
-        try:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-            hung = False
-        except subprocess.TimeoutExpired:
-            proc.kill()  # its forkserver and ranks go with it (PR_SET_PDEATHSIG)
-            proc.wait()
-            hung = True
-        log.close()
-        cells.update(Launch(name, root / name, proc.returncode, (root / f"{name}.log").read_text(), hung).cells())
+    for launch in side_by_side(root, {name: sweep_command(root / name, "world_size=2", "framework=lightning", *argv)
+                                      for name, argv in sweeps.items()}, ENDS_WITHIN_S).values():
+        cells.update(launch.summaries())
+        assert launch.rc == 0, launch.out[-3000:]
     return cells
 
 

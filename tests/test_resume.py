@@ -11,16 +11,12 @@ torch elastic's own restarts (launch.max_restarts, set by each scenario):
 Every group is one Hydra multirun, the groups side by side; no run hangs, no process outlives it, and each
 attempt's records are there after the SIGKILL.
 """
-import json
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, processes_tagged, tagged_env
+from conftest import side_by_side, sweep_command
+
 
 ENDS_WITHIN_S = 300  # every group together; about a minute on 2 idle cores
 
@@ -32,47 +28,17 @@ GROUPS = {
 }
 
 
-@dataclass
-class Group:
-    name: str
-    dir: Path
-    rc: int
-    out: str
-    hung: bool
-
-    def runs(self) -> dict:
-        """fix -> (summary.json, the job's dir)."""
-        assert not self.hung, f"{self.name}: did not end within {ENDS_WITHIN_S} s; stopped. Output:\n{self.out[-3000:]}"
-        assert not processes_tagged(str(self.dir)), f"{self.name}: left processes running"
-        found = {}
-        for path in self.dir.glob("*/summary.json"):
-            s = json.loads(path.read_text())
-            found[s["config"]["callback"]["name"]] = (s, path.parent)
-        return found
-
-
 @pytest.fixture(scope="module")
 def groups(tmp_path_factory) -> dict:
+    """name -> conftest's Launch, every group started together."""
     root = tmp_path_factory.mktemp("resume")
-    started = {}
-    for name, argv in GROUPS.items():
-        run_dir, log = root / name, open(root / f"{name}.log", "w")
-        cmd = [sys.executable, "-m", "train", "-m", "world_size=2", "framework=torch_loop", *argv,
-               f"hydra.sweep.dir={run_dir}"]
-        started[name] = (subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                          env=tagged_env(str(run_dir))), run_dir, log)
-    deadline, out = time.monotonic() + ENDS_WITHIN_S, {}
-    for name, (proc, run_dir, log) in started.items():
-        try:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-            hung = False
-        except subprocess.TimeoutExpired:
-            proc.kill()  # its forkserver and ranks go with it (PR_SET_PDEATHSIG)
-            proc.wait()
-            hung = True
-        log.close()
-        out[name] = Group(name, run_dir, proc.returncode, (root / f"{name}.log").read_text(), hung)
-    return out
+    return side_by_side(root, {name: sweep_command(root / name, "world_size=2", "framework=torch_loop", *argv)
+                               for name, argv in GROUPS.items()}, ENDS_WITHIN_S)
+
+
+def by_fix(launch) -> dict:
+    """fix -> (summary.json, the job's dir)."""
+    return {s["config"]["callback"]["name"]: (s, job) for s, job in launch.jobs()}
 
 
 def events_of(job_dir: Path) -> list:
@@ -91,7 +57,7 @@ def restarted_once_from_epoch0(summary: dict):
 
 
 def test_crash_mid_save_in_place_runs_out_of_restarts_on_the_torn_file(groups):
-    summary, job = groups["crash"].runs()["in_place"]
+    summary, job = by_fix(groups["crash"])["in_place"]
     resume = summary["resume"]
     assert summary["verdict"] == "race" and resume["run"] == "out_of_restarts"
     attempts = resume["attempts"]
@@ -109,13 +75,13 @@ def test_crash_mid_save_in_place_runs_out_of_restarts_on_the_torn_file(groups):
 
 @pytest.mark.parametrize("fix", ["atomic", "dcp"])
 def test_crash_mid_save_atomic_and_dcp_restart_once_and_end_clean(groups, fix):
-    summary, job = groups["crash"].runs()[fix]
+    summary, job = by_fix(groups["crash"])[fix]
     restarted_once_from_epoch0(summary)
     assert any(e["event"] == "crash" and e["attempt"] == 0 for e in events_of(job))  # the kill did happen
 
 
 def test_pointer_first_is_not_clean_and_the_pointer_written_last_is(groups):
-    runs = groups["pointer"].runs()
+    runs = by_fix(groups["pointer"])
     first, _ = runs["in_place"]
     assert first["verdict"] == "race" and first["resume"]["run"] == "out_of_restarts"
     assert Path(first["resume"]["attempts"][1]["file"]).name == "epoch1.pt"  # where the pointer led
@@ -123,7 +89,7 @@ def test_pointer_first_is_not_clean_and_the_pointer_written_last_is(groups):
 
 
 def test_cleanup_every_rank_deleting_names_the_file_not_found(groups):
-    runs = groups["cleanup"].runs()
+    runs = by_fix(groups["cleanup"])
     every, _ = runs["in_place"]
     assert every["verdict"] == "race" and every["resume"]["run"] == "out_of_restarts"
     assert "FileNotFoundError" in every["explanation"]
@@ -134,7 +100,7 @@ def test_cleanup_every_rank_deleting_names_the_file_not_found(groups):
 
 
 def test_resume_disagree_diverges_and_agreed_is_clean(groups):
-    runs = groups["disagree"].runs()
+    runs = by_fix(groups["disagree"])
     naive, _ = runs["in_place"]
     assert naive["verdict"] == "race" and naive["replicas"] == "diverged"
     split = naive["resume"]["diverged_at_resume"]

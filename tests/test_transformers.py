@@ -11,15 +11,12 @@ replicas still end apart. When rank 0's save fails
 
 Two sweeps run side by side, started together by one fixture (their time is mostly start-up and stalls).
 """
-import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, processes_tagged, tagged_env
+from conftest import side_by_side, sweep_command
+
 
 ENDS_WITHIN_S = 300  # both sweeps together; each takes well under a minute on 2 idle cores
 
@@ -32,40 +29,16 @@ SWEEPS = {
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    """name -> {"rc", "out", "hung", "dir", "cells": (scenario, fix) -> summary.json}."""
+    """name -> conftest's Launch, both sweeps started together."""
     root = tmp_path_factory.mktemp("transformers")
-    started = {}
-    for name, argv in SWEEPS.items():
-        log = open(root / f"{name}.log", "w")
-        command = [sys.executable, "-m", "train", "-m", "world_size=2", "framework=transformers", *argv,
-                   f"hydra.sweep.dir={root / name}"]
-        started[name] = (subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                          env=tagged_env(str(root / name))), log)
-    deadline, out = time.monotonic() + ENDS_WITHIN_S, {}
-    for name, (proc, log) in started.items():
-        try:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-            hung = False
-        except subprocess.TimeoutExpired:
-            proc.kill()  # its forkserver and ranks go with it (PR_SET_PDEATHSIG)
-            proc.wait()
-            hung = True
-        log.close()
-        cells = {}
-        for path in (root / name).glob("*/summary.json"):
-            s = json.loads(path.read_text())
-            cells[(s["config"]["scenario"], s["config"]["callback"]["name"])] = s
-        out[name] = {"rc": proc.returncode, "out": (root / f"{name}.log").read_text(), "hung": hung,
-                     "dir": root / name, "cells": cells}
-    return out
+    return side_by_side(root, {name: sweep_command(root / name, "world_size=2", "framework=transformers", *argv)
+                               for name, argv in SWEEPS.items()}, ENDS_WITHIN_S)
 
 
 def cell(runs, sweep, scenario, fix) -> dict:
-    run = runs[sweep]
-    assert not run["hung"], f"{sweep}: did not end within {ENDS_WITHIN_S} s; stopped. Output:\n{run['out'][-3000:]}"
-    assert not processes_tagged(str(run["dir"])), f"{sweep}: left processes running"
-    assert (scenario, fix) in run["cells"], f"no {scenario}-{fix} summary. Output:\n{run['out'][-3000:]}"
-    return run["cells"][(scenario, fix)]
+    found = runs[sweep].summaries()
+    assert (scenario, fix) in found, f"no {scenario}-{fix} summary. Output:\n{runs[sweep].out[-3000:]}"
+    return found[(scenario, fix)]
 
 
 def events_of(summary) -> list:
@@ -102,7 +75,7 @@ def test_as_shipped_without_a_shared_filesystem_the_replicas_diverge_and_the_tra
         ("race", ["loaded", "missing"], "diverged"), s["explanation"]
     assert "the Trainer only warned and kept its training weights" in s["explanation"]
     assert "the replicas diverged" in s["explanation"]
-    assert runs["no_shared_fs"]["rc"] == 0 and s["status"] == "ok"  # the Trainer raised nothing: every rank exits 0
+    assert runs["no_shared_fs"].rc == 0 and s["status"] == "ok"  # the Trainer raised nothing: every rank exits 0
     events = events_of(s)
     assert not of(events, "rank_failed") and {e["rank"] for e in of(events, "rank_end")} == {0, 1}
     assert not of(events, "save_end", 1)  # only rank 0 wrote, on node 0's own disk
@@ -130,7 +103,7 @@ def test_save_on_each_node_reads_each_nodes_own_copy_and_the_copies_differ(runs)
     s = cell(runs, "no_shared_fs", "no_shared_fs", "save_on_each_node")
     assert (s["verdict"], sorted(r["outcome"] for r in s["ranks"]), s["replicas"]) == \
         ("race", ["loaded", "stale"], "diverged"), s["explanation"]
-    assert runs["no_shared_fs"]["rc"] == 0 and s["status"] == "ok"
+    assert runs["no_shared_fs"].rc == 0 and s["status"] == "ok"
     events = events_of(s)
     copies = {rank: of(events, "save_end", rank)[0] for rank in (0, 1)}  # epoch 0 (the best), on each node
     assert copies[0]["epoch"] == copies[1]["epoch"] == 0 and copies[0]["digest"] != copies[1]["digest"]
