@@ -2,6 +2,7 @@
 
   fastai_marker.MarkerSaveModelCallback   fastai: the writer leaves a marker file once the checkpoint is
                                           complete, and readers wait for the marker
+  lightning_io.PatientCheckpointIO        Lightning: a CheckpointIO whose load waits for a file not there yet
 
 Run it (from the repository root; any folder works with the package on PYTHONPATH):
   PYTHONPATH=examples race-lab -m scenario=seed,torn,stale callback=own \\

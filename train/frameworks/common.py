@@ -15,6 +15,7 @@ The events an adapter records (train/outcomes.py reads them; `path` and `digest`
 A save's digest and a read's digest are both weights_digest over the same state dict (name -> tensor).
 """
 import hashlib
+import importlib
 import os
 import traceback
 from dataclasses import dataclass
@@ -35,6 +36,13 @@ class Rank:
     events: object  # this rank's EventLog
     faults: object  # train/faults.py's points for this run
     device: torch.device
+
+
+def named_class(dotted: str):
+    """The class a dotted path names (callback._target_: fastai's fixes, or a class of your own, which the
+    launcher has checked: train/own_class.py)."""
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
 def weights_digest(state) -> str:

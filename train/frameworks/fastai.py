@@ -2,8 +2,6 @@
 it when fit ends (the seed). The fixes are SaveModelCallback subclasses in train/callbacks.py, named
 by callback._target_ (a class of your own works too: a SaveModelCallback subclass taking the same
 arguments, see examples/)."""
-import importlib
-
 import fastai.callback.progress  # noqa: F401  (adds Learner.no_bar)
 import fastai.callback.schedule  # noqa: F401  (adds Learner.fit_one_cycle)
 from fastai.learner import Learner
@@ -15,7 +13,7 @@ from fastai.torch_core import set_seed
 import train.callbacks  # noqa: F401  (the fixes, imported once in the forkserver's preload)
 from train.data import CHANNELS, make_dls
 from train.fastai_gloo import distrib_ctx
-from train.frameworks.common import Rank, checkpoint_dir
+from train.frameworks.common import Rank, checkpoint_dir, named_class
 
 
 def epoch_table(learn):
@@ -35,8 +33,7 @@ def fit_and_load(rank: Rank):
                     SimpleCNN((CHANNELS[cfg["data"]["name"]], 16, 16, 2)),  # the seed's simple_cnn((3,16,16,2))
                     loss_func=CrossEntropyLossFlat(), metrics=accuracy,
                     path=rank.run_dir, model_dir=checkpoint_dir(cfg))
-    module, _, fix = cfg["callback"]["_target_"].rpartition(".")
-    save_model_cb = getattr(importlib.import_module(module), fix)(
+    save_model_cb = named_class(cfg["callback"]["_target_"])(
         rank.events, rank.faults, cfg["checkpoint"], timeout_s=cfg["timeout"]["collective_s"])
 
     learn.logger = epoch_table(learn)
