@@ -122,15 +122,15 @@ def sweep_command(sweep_dir: Path, *overrides) -> tuple:
     return [sys.executable, "-m", "train", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}"], sweep_dir
 
 
-def side_by_side(root: Path, commands: dict, deadline_s: float) -> dict:
-    """Start every command (name -> (argv, dir)) at once, each tagged with its dir, wait for all within
-    deadline_s together (one still running then is killed: its forkserver and ranks go with it), and
-    return name -> Launch. Their output is in root/<name>.log too."""
+def side_by_side(root: Path, commands: dict, deadline_s: float, cwd=ROOT, env=None) -> dict:
+    """Start every command (name -> (argv, dir)) at once in cwd, each tagged with its dir (env: more variables),
+    wait for all within deadline_s together (one still running then is killed: its forkserver and ranks go
+    with it), and return name -> Launch. Their output is in root/<name>.log too."""
     started = {}
     for name, (argv, run_dir) in commands.items():
         log = open(root / f"{name}.log", "w")
-        started[name] = (subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                          env=tagged_env(str(run_dir))), run_dir, log)
+        started[name] = (subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                          env={**tagged_env(str(run_dir)), **(env or {})}), run_dir, log)
     deadline = time.monotonic() + deadline_s
     out = {}
     for name, (proc, run_dir, log) in started.items():
