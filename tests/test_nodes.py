@@ -44,7 +44,7 @@ def outcomes(summary):
 
 @pytest.mark.slow
 def test_no_shared_fs_on_one_host_barrier_loses_and_broadcast_and_save_on_each_node_hold(train):
-    run = train("scenario=no_shared_fs", "callback=barrier", "world_size=2")
+    run = train("scenario=no_shared_fs", "callback=barrier", "world_size=2", "launch.node_disks=folder")
     assert run.rc == 0, run.out[-3000:]
     s = run.summary
     assert (s["verdict"], outcomes(s)) == ("race", ["loaded", "missing"])  # node 1's disk has no file
@@ -53,6 +53,7 @@ def test_no_shared_fs_on_one_host_barrier_loses_and_broadcast_and_save_on_each_n
         ["launcher-node0.jsonl", "launcher-node1.jsonl", "launcher.jsonl", "rank0.jsonl", "rank1.jsonl"]
     starts = {e["rank"]: e for e in run.events if e["event"] == "rank_start"}
     assert (starts[0]["node"], starts[1]["node"]) == (0, 1)
+    assert s["node_disk"] == "folder"  # the fallback form, asked for: a folder per node
     assert (run.dir / "models/node0/best.pth").exists() and not (run.dir / "models/node1/best.pth").exists()
     assert s["explanation"].startswith("race: rank 1 tried to load (FileNotFoundError): the file is on node 0's own "
                                        "disk; node 1's disk has none")

@@ -160,6 +160,15 @@ def exit_barrier_within(seconds: float):
 AGENT_LOG = "agent.log"  # torch elastic's own log lines, in the run dir's logs/
 
 
+class QuietFileHandler(logging.FileHandler):
+    """A log file whose record that cannot be written is dropped, not printed with a traceback: a second stop
+    signal (Ctrl-C to the group, then the SIGTERM passed on) raises SignalException inside the agent's own
+    warning about the first, while it is shutting down already."""
+
+    def handleError(self, record):
+        pass
+
+
 def log_agent_to(path: Path) -> logging.Handler:
     """torch elastic's own warnings (a rank shut down, an exit barrier that lost its peer, with C++ stack
     traces) go to a file in the run dir, not the console, which keeps to the run's own lines. Returns
@@ -169,7 +178,7 @@ def log_agent_to(path: Path) -> logging.Handler:
         agent.removeHandler(old)
         old.close()
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    handler = QuietFileHandler(path, encoding="utf-8", delay=True)
     handler.race_lab = True
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     agent.addHandler(handler)
@@ -445,7 +454,10 @@ def preflight(cfg: dict, machine, reach_data: bool = True):
     except (ValueError, OSError, TypeError) as e:  # a NUL byte, a path the OS refuses, not a string
         raise ConfigError(f"checkpoint.dir={cfg['checkpoint']['dir']!r}: not a usable path ({e})") from None
     plan = make_plan(cfg, machine)
-    check_folder_writable("checkpoint.dir", Path(cfg["checkpoint"]["dir"]))
+    if cfg["checkpoint"]["keep_existing"]:  # a folder to read what is there (it may be read-only: saves then fail)
+        check_folder_readable("checkpoint.dir", Path(cfg["checkpoint"]["dir"]))
+    else:
+        check_folder_writable("checkpoint.dir", Path(cfg["checkpoint"]["dir"]))
     nodes.node_disk_form(cfg)  # launch.node_disks=mount on a machine that cannot: refused here
     if cfg["callback"]["name"] == "own":
         check_own_class(cfg)
@@ -462,6 +474,15 @@ def check_folder_writable(key: str, folder: Path):
         raise ConfigError(f"{key}={str(folder)!r}: {found} is a file, not a folder")
     if not os.access(found, os.W_OK | os.X_OK):
         raise ConfigError(f"{key}={str(folder)!r}: cannot write in {found}")
+
+
+def check_folder_readable(key: str, folder: Path):
+    """A folder whose checkpoint the run reads (checkpoint.keep_existing): it must be a folder, or not be there."""
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{key}={str(folder)!r}: a file, not a folder")
+    found = next(p for p in (folder, *folder.parents) if p.exists())
+    if not found.is_dir():
+        raise ConfigError(f"{key}={str(folder)!r}: {found} is a file, not a folder")
 
 
 def check_writable(run_dir: Path):
