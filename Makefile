@@ -78,7 +78,7 @@ bench: install ## time to verdict: each figure beside its goal, vs a plain torch
 test: install ## run the whole test suite, as CI does (real multi-rank gloo jobs, the matrix, the engine tier)
 	$(PY) -m pytest -q tests
 
-test-fast: install ## the quick subset for your own loop: no slow or engine tests (about 3-4 minutes on 2 cores)
+test-fast: install ## the quick subset for your own loop: no slow or engine tests (real ranks for every framework; minutes)
 	$(PY) -m pytest -q -m "not slow and not engine" tests
 
 fuzz: install ## the fuzzer's long profile (Hypothesis): many more configs, checkpoint files and records; minutes
