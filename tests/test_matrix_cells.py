@@ -235,3 +235,32 @@ def test_json_is_written_whole_under_its_name(tmp_path):
     write_json_atomic(path, {"again": True})
     assert json.loads(path.read_text()) == {"again": True}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]  # no temporary file left
+
+
+def test_several_frameworks_give_a_grid_each_without_their_all_n_a_columns():
+    from train.matrix import markdown
+
+    rows = [row("race", scenario="seed", variant="unsynced", missing=1),
+            {**row("clean", scenario="seed", variant="as_shipped"), "framework": "lightning"},
+            {**row("n/a", scenario="seed", variant="unsynced", note="n/a: fastai v1's"), "framework": "lightning"}]
+    cells = build(rows)
+    assert [(c["framework"], c["fix"]) for c in cells] == [("fastai", "unsynced"), ("lightning", "as_shipped"),
+                                                            ("lightning", "unsynced")]
+    fastai, lightning = markdown(cells, {"seed": "fastai#2393"}).split("\n\n### ")
+    assert fastai.startswith("### fastai\n") and "| scenario (reproduces) | unsynced |" in fastai
+    assert lightning.startswith("lightning\n")
+    assert "| scenario (reproduces) | as_shipped |\n" in lightning  # its unsynced column is n/a all the way down
+
+
+def test_why_a_record_could_not_be_used_in_a_few_words():
+    import json as json_module
+
+    from train.report import unreadable
+
+    try:
+        json_module.loads('{"cut')
+    except ValueError as e:
+        assert unreadable(e) == "summary.json is not whole JSON"
+    assert unreadable(FileNotFoundError(2, "No such file", "/x/.hydra/config.yaml")) == "no config.yaml"
+    assert unreadable(FileNotFoundError()) == "no file"
+    assert unreadable(KeyError("config")) == "KeyError: 'config'"

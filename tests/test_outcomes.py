@@ -673,3 +673,85 @@ def test_a_delete_of_a_file_a_peer_deleted_is_missing_and_named():
     v = judge(_resume_run(*events, status="failed"), 2).as_dict()
     assert v["verdict"] == "race" and v["ranks"][1]["outcome"] == "missing"
     assert v["resume"]["attempts"][0]["error_type"] == "FileNotFoundError" and "FileNotFoundError" in v["explanation"]
+
+
+def test_each_way_a_resume_attempt_ends_is_named():
+    """attempt_end and resume_rank, branch by branch: no failure recorded, an error in training, a timed-out
+    all-reduce after a late resume, a peer's death, a resume from a torn or a future file, a delete that failed
+    for another reason, and a rank stopped by torch elastic."""
+    from train.outcomes import attempt_end, judge
+
+    quiet = _resume_run((1.0, 0, "loop_start", {"attempt": 0}), (1.0, 1, "loop_start", {"attempt": 0}),
+                        status="failed")
+    assert attempt_end(quiet, 0, finished=False) == {"attempt": 0, "ended": "died", "rank": None, "file": None,
+                                                     "what": "no rank recorded why"}
+    training = _resume_run((1.0, 0, "loop_start", {"attempt": 0}),
+                           (2.0, 0, "train_error", {"attempt": 0, "epoch": 1, "error_type": "RuntimeError",
+                                                    "message": "boom"}), status="failed")
+    assert attempt_end(training, 0, False)["what"] == "rank 0 in epoch 1: RuntimeError: boom"
+    v = judge(training, 2).as_dict()
+    assert (v["ranks"][0]["outcome"], v["ranks"][1]["outcome"]) == ("aborted", "aborted")
+    assert v["ranks"][1]["detail"] == "stopped by torch elastic when a peer failed"
+
+    events = _attempt0_killed_mid_epoch1()
+    events += [(2.5, 0, "save_end", {"attempt": 0, "epoch": 1, "step": 20, "path": "m/epoch1.pt", "digest": "e1"}),
+               (5.1, 1, "resume", {"attempt": 1, "epoch": 0, "step": 10, "path": "m/epoch0.pt", "digest": "e0"}),
+               (6.0, 1, "sync_error", {"attempt": 1, "how": "all-reduce", "error_type": "DistBackendError",
+                                       "message": "timed out", "timed_out": True}),
+               (6.0, 0, "sync_error", {"attempt": 1, "how": "all-reduce", "error_type": "DistBackendError",
+                                       "message": "Connection closed by peer", "timed_out": False})]
+    v = judge(_resume_run(*events, status="failed"), 2).as_dict()
+    assert v["ranks"][1]["outcome"] == "timeout"
+    assert v["ranks"][1]["detail"] == ("resumed from step 10 in attempt 1; the newest complete checkpoint was step "
+                                       "20: 10 steps redone; then its all-reduce timed out waiting for a peer")
+    assert v["ranks"][0]["outcome"] == "aborted"
+
+    torn = _attempt0_killed_mid_epoch1()  # a later write of epoch 1 completed (e1); both read other bytes there
+    torn += [(4.0, 0, "save_end", {"attempt": 0, "epoch": 1, "step": 20, "path": "m/epoch1.pt", "digest": "e1"})]
+    for r in (0, 1):  # both resume from step 20's file, but not from the weights its complete save wrote
+        torn += [(5.1, r, "resume", {"attempt": 1, "epoch": 1, "step": 20, "path": "m/epoch1.pt", "digest": "half"}),
+                 (8.0, r, "final", {"attempt": 1, "digest": "end"})]
+    v = judge(_resume_run(*torn), 2).as_dict()
+    assert v["ranks"][0]["outcome"] == "corrupt" and "weights no complete save wrote" in v["ranks"][0]["detail"]
+
+    ahead = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
+    ahead += [(1.1, 0, "resume", {"attempt": 0, "epoch": 1, "step": 20, "path": "m/epoch1.pt", "digest": "e1"}),
+              (1.1, 1, "resume", {"attempt": 0, "epoch": -1, "step": 0, "path": None, "digest": "init"}),
+              (1.5, 0, "save_end", {"attempt": 0, "epoch": 0, "step": 10, "path": "m/epoch0.pt", "digest": "e0"}),
+              (8.0, 0, "final", {"attempt": 0, "digest": "x"}), (8.0, 1, "final", {"attempt": 0, "digest": "x"})]
+    v = judge(_resume_run(*ahead), 2).as_dict()
+    assert v["ranks"][0]["outcome"] == "corrupt" and "ahead of every complete save" in v["ranks"][0]["detail"]
+
+    denied = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
+    denied += [(2.0, 0, "rotate_error", {"attempt": 0, "path": "m/epoch0.pt", "error_type": "PermissionError",
+                                         "message": "[Errno 13] Permission denied"})]
+    v = judge(_resume_run(*denied, status="failed"), 2).as_dict()
+    assert v["ranks"][0]["outcome"] == "error" and v["verdict"] == "error"
+    assert v["explanation"].startswith("error: rank 0 failed (deleting m/epoch0.pt: PermissionError")
+
+
+def test_a_rank_killed_where_the_scenario_placed_it_is_crashed():
+    from train.outcomes import judge
+
+    events = _attempt0_killed_mid_epoch1()
+    v = judge(_resume_run(*events, status="failed"), 2).as_dict()
+    assert (v["ranks"][0]["outcome"], v["ranks"][0]["detail"]) == ("crashed", "killed with SIGKILL where the "
+                                                                               "scenario placed it")
+
+
+def test_an_interrupted_resume_run_gives_no_verdict():
+    from train.outcomes import judge
+
+    events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
+    v = judge(_resume_run(*events, status="interrupted"), 2).as_dict()
+    assert (v["verdict"], v["resume"]["run"]) == ("interrupted", "interrupted")
+    assert v["explanation"] == "interrupted: interrupted"
+
+
+def test_a_failed_read_always_says_something():
+    from train.outcomes import classify_load_error, load_error_sentence
+
+    assert classify_load_error("IsADirectoryError", "[Errno 21] Is a directory: 'best.pth'") == "corrupt"
+    assert load_error_sentence("EOFError", "") == "EOFError: the file ended before a whole checkpoint (empty or cut short)"
+    assert load_error_sentence("KeyError", "") == "KeyError, with no message"
+    assert load_error_sentence("OSError", "[Errno 22] Invalid argument") == "OSError: [Errno 22] Invalid argument"
