@@ -44,6 +44,13 @@ def base_cfg(*overrides, **changes):
     return cfg
 
 
+def test_a_name_is_one_file_or_folder_name_up_to_200_characters():
+    from train.plan import is_name
+
+    assert is_name("best") and is_name("x" * 200) and is_name("...") and is_name("ünï a-b.c")
+    assert not any(is_name(v) for v in ("", ".", "..", "a/b", "/", "a\0", "x" * 201, None, 3, b"best"))
+
+
 def test_auto_picks_cpu_gloo_without_enough_gpus_and_nccl_with():
     plan = make_plan(base_cfg(), Machine(cpus=2, gpus=2, memory_mib=16_000, open_files=1024))
     assert (plan.device, plan.backend) == ("cpu", "gloo")
@@ -80,6 +87,18 @@ def test_auto_picks_cpu_gloo_without_enough_gpus_and_nccl_with():
     ({"nnodes": 3}, "rdzv.endpoint='localhost:0': with nnodes=3 every node needs the same HOST:PORT"),
     ({"nnodes": 3, "rdzv.endpoint": "10.0.0.1:29500"}, "rdzv.id='auto': with nnodes=3 give every node the same id"),
     ({"rdzv.endpoint": "nohost"}, "rdzv.endpoint='nohost': must be HOST:PORT"),
+    # names that become part of a file or folder name: never a path (found by tests/test_fuzz.py)
+    *[({key: value}, f"{key}={value!r}: must be a name, not a path: 1 to 200 characters, no '/' or NUL, not '.' or "
+                     "'..'") for key, value in (("checkpoint.name", "../x"), ("checkpoint.name", ""),
+                                                ("checkpoint.name", "."), ("callback.name", ".."),
+                                                ("framework.name", "a\0b"), ("rdzv.id", "a/b"),
+                                                ("checkpoint.name", "x" * 201))],
+    ({"framework.adapter": "train.frameworks.common"}, "framework.adapter='train.frameworks.common': must name an "
+     "adapter module, one that defines fit_and_load (train/frameworks/ has one per framework)"),
+    ({"framework.adapter": "no.such.module"}, "framework.adapter='no.such.module': must name an adapter module"),
+    ({"framework.name": "lightning", "framework.adapter": "train.frameworks.lightning", "data": {
+        "name": "mnist_sample", "url": "u", "cache": "c", "batch_size": 64}},
+     "data='mnist_sample': framework=lightning trains on data=digits only"),
 ])
 def test_plan_rejects_bad_values_naming_key_and_value(changes, message):
     with pytest.raises(ConfigError) as e:
