@@ -94,7 +94,11 @@ def test_auto_picks_cpu_gloo_without_enough_gpus_and_nccl_with():
                                                 ("framework.name", "a\0b"), ("rdzv.id", "a/b"),
                                                 ("checkpoint.name", "x" * 201))],
     ({"framework.adapter": "train.frameworks.common"}, "framework.adapter='train.frameworks.common': must name an "
-     "adapter module, one that defines fit_and_load (train/frameworks/ has one per framework)"),
+     "adapter module, one that defines fit_and_load or fit_and_resume (train/frameworks/ has one per framework)"),
+    ({"workload": "resume"}, "workload='resume': framework=fastai has no resume path: its adapter "
+     "train.frameworks.fastai defines no fit_and_resume"),
+    ({"framework.name": "torch_loop", "framework.adapter": "train.frameworks.torch_loop"}, "workload='load_best': "
+     "framework=torch_loop has no load_best path: its adapter train.frameworks.torch_loop defines no fit_and_load"),
     ({"framework.adapter": "no.such.module"}, "framework.adapter='no.such.module': must name an adapter module"),
     ({"framework.name": "lightning", "framework.adapter": "train.frameworks.lightning", "data": {
         "name": "mnist_sample", "url": "u", "cache": "c", "batch_size": 64}},
@@ -125,8 +129,9 @@ def test_plan_refuses_what_the_machine_cannot_hold(changes, machine, message):
 def test_every_scenario_composes_and_passes_the_checks():
     scenarios = sorted(p.stem for p in (ROOT / "configs/scenario").glob("*.yaml"))
     assert {"seed", "stale", "torn", "skip_if_missing", "disagree", "save_fails", "many_writers"} <= set(scenarios)
-    for name in scenarios:
-        make_plan(composed(f"scenario={name}"), LAPTOP)
+    for name in scenarios:  # a resume scenario with the framework-free resume loop (fastai has no resume path)
+        resumes = composed(f"scenario={name}")["workload"] == "resume"
+        make_plan(composed(f"scenario={name}", *(["framework=torch_loop"] if resumes else [])), LAPTOP)
         header = (ROOT / f"configs/scenario/{name}.yaml").read_text().splitlines()
         assert header[0] == "# @package _global_"
         assert "#" in header[1] and any(c.isdigit() for c in " ".join(header[1:4])), f"{name}: cite its report"

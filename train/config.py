@@ -147,6 +147,9 @@ class TrainConfig:
     world_size: int = key(3, "ranks in all, over every node", min=1)
     nnodes: int = key(1, "torchrun's --nnodes: the machines the ranks are spread over, world_size/nnodes each", min=1)
     node_rank: int = key(0, "torchrun's --node-rank: which of them this launcher is", min=0)
+    workload: str = key("load_best", "what training does with checkpoints: load_best keeps the best and loads it on "
+                                     "every rank at the end; resume saves every epoch and each attempt resumes from "
+                                     "the newest (set by the resume scenarios)", choices=["load_best", "resume"])
     epochs: int = key(3, "epochs; the last one always saves", min=1)
     lr: float = key(1e-2, "fit_one_cycle's learning rate", above=0)
     seed: int = key(42, "data split and weights", min=0)

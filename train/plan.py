@@ -7,7 +7,7 @@ with one line that names the key and the value.
 from dataclasses import dataclass
 
 from train.config import ConfigError, check
-from train.frameworks import is_adapter
+from train.frameworks import ENTRY, adapter_functions
 
 RANKS_PER_CORE = 4  # more CPU ranks than this per core only with launch.oversubscribe=true
 RANK_MEMORY_MIB = 600  # what one CPU rank needs (torch, fastai, a small model), measured here: ~450 MiB
@@ -66,9 +66,12 @@ def check_config(cfg: dict) -> None:
                        ("framework.name", cfg["framework"]["name"]), ("rdzv.id", cfg["rdzv"]["id"])):
         _require(is_name(value), key, value, "must be a name, not a path: 1 to 200 characters, no '/' or NUL, "
                  "not '.' or '..'")  # each becomes part of a file or folder name
-    framework = cfg["framework"]
-    _require(is_adapter(framework["adapter"]), "framework.adapter", framework["adapter"],
-             "must name an adapter module, one that defines fit_and_load (train/frameworks/ has one per framework)")
+    framework, workload = cfg["framework"], cfg["workload"]
+    defined = adapter_functions(framework["adapter"])
+    _require(defined, "framework.adapter", framework["adapter"], "must name an adapter module, one that defines "
+             "fit_and_load or fit_and_resume (train/frameworks/ has one per framework)")
+    _require(ENTRY[workload] in defined, "workload", workload, f"framework={framework['name']} has no {workload} "
+             f"path: its adapter {framework['adapter']} defines no {ENTRY[workload]}")
     _require(framework["name"] == "fastai" or cfg["data"]["name"] == "digits", "data", cfg["data"]["name"],
              f"framework={framework['name']} trains on data=digits only")
     data = cfg["data"]

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from train import hang
 from train.events import EventLog, attempt
 from train.faults import Faults
-from train.frameworks import adapter
+from train.frameworks import entry
 from train.frameworks.common import Rank, node_disk, say
 
 
@@ -38,7 +38,7 @@ def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
     dist.init_process_group(plan["backend"], timeout=timeout, device_id=device if device.type == "cuda" else None,
                             **attempt_store(rank, cfg["world_size"], timeout))
 
-    adapter(cfg).fit_and_load(Rank(cfg, plan, run_dir, events, Faults(cfg, events, say), device))
+    entry(cfg)(Rank(cfg, plan, run_dir, events, Faults(cfg, events, say), device))
 
     wait_for_every_rank(cfg["world_size"], cfg["timeout"]["collective_s"] + 10)
     events.record("rank_end")

@@ -52,7 +52,7 @@ FIXES = ("in_place", "atomic", "dcp", "manifest", "agreed", "rank0_rotates")
 POINTER = "latest"  # DeepSpeed's name for it
 
 
-def fit_and_load(rank: Rank):
+def fit_and_resume(rank: Rank):
     ResumeLoop(rank).run()
 
 
