@@ -50,9 +50,11 @@ def edges(f):
 
 def as_value(f, value, good):
     """A list key takes the value beside another good element (two different digits): good's neighbour inside
-    the range."""
+    the range; a list of choices takes the value alone."""
     if get_origin(f.type) is not list:
         return value
+    if f.metadata.get("choices"):  # a list of names: the value alone
+        return [value]
     inside = good + 1 if f.metadata["max"] is None or good + 1 <= f.metadata["max"] else good - 1
     return [value, inside]
 

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT
 from train.config import ConfigError, markdown_table
-from train.plan import Machine, make_plan
+from train.plan import Machine, make_plan, not_applicable
 
 LAPTOP = Machine(cpus=2, gpus=0, memory_mib=16_000, open_files=1024)
 
@@ -42,6 +42,21 @@ def base_cfg(*overrides, **changes):
             node = node[key]
         node[last] = value
     return cfg
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    (["scenario=seed", "callback=barrier"], None),
+    (["scenario=crash_mid_save", "framework=torch_loop", "callback=atomic"], None),  # atomic: both workloads
+    (["scenario=disagree", "callback=dcp", "framework=lightning"], "DDPStrategy saves through a CheckpointIO"),
+    (["scenario=crash_mid_save", "callback=atomic"], "a resume scenario: fastai's SaveModelCallback keeps the best"),
+    (["scenario=crash_mid_save", "framework=torch_loop", "callback=barrier"], "a fix of the load of the best at "
+     "the end (workload=load_best); this run's is the resume after a restart (workload=resume)"),
+    (["scenario=seed", "callback=manifest"], "a fix of the resume after a restart (workload=resume); this run's is "
+     "the load of the best at the end (workload=load_best)"),
+])
+def test_a_cell_is_n_a_by_not_for_or_by_the_fix_s_workloads(overrides, reason):
+    got = not_applicable(composed(*overrides))
+    assert got == reason if reason is None else got.startswith(reason), got
 
 
 def test_a_name_is_one_file_or_folder_name_up_to_200_characters():

@@ -99,7 +99,7 @@ def preflight_line(overrides, run_dir: Path):
     from train.config import ConfigError
     from train.errors import config_error_line
     from train.launch import preflight, resolved
-    from train.plan import Machine
+    from train.plan import Machine, not_applicable
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         try:
@@ -115,7 +115,7 @@ def preflight_line(overrides, run_dir: Path):
             del cfg["hydra"]
         try:
             plain = resolved(cfg)
-            if plain["callback"]["name"] in plain["not_for"] or plain["framework"]["name"] in plain["not_for"]:
+            if not_applicable(plain):
                 return "n/a"
             preflight(plain, Machine(cpus=2, gpus=0, memory_mib=16000, open_files=1024), reach_data=False)
         except ConfigError as e:

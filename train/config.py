@@ -109,6 +109,8 @@ class CallbackConfig:
     _target_: Optional[str] = key(None, "the class that does it, for frameworks that take one (fastai: a "
                                         "SaveModelCallback subclass in train/callbacks.py, or your own); null: "
                                         "the framework's adapter does the fix by its name")
+    workloads: List[str] = key(["load_best"], "the workloads this fix is for (set by each fix); with another "
+                                              "workload its cells are n/a", choices=["load_best", "resume"])
 
 
 @dataclass
@@ -204,7 +206,7 @@ def describe(meta: dict, tp) -> str:
     """'must be ...' for a key, from its schema entry."""
     _, words, item = _kind(tp)
     if meta.get("choices"):
-        text = "one of " + ", ".join(meta["choices"])
+        text = ("a list, each one of " if item is not None else "one of ") + ", ".join(meta["choices"])
     else:
         if item is not None:
             words = f"a list of {_kind(item)[1].removeprefix('an ').removeprefix('a ')}s"

@@ -39,7 +39,7 @@ from train import nodes, sweep
 from train.events import LAUNCHER, EventLog, read_events
 from train.outcomes import judge, worst_status
 from train.own_class import check_own_class
-from train.plan import make_plan, this_machine
+from train.plan import make_plan, not_applicable, this_machine
 from train.rank import rank_main
 from train.summary import environment, format_table, write_json_atomic
 
@@ -374,7 +374,7 @@ def run_job(dict_cfg) -> str:
         return refuse(e)
     scenario, fix, framework = hydra_cfg.runtime.choices.get("scenario"), cfg["callback"]["name"], \
         cfg["framework"]["name"]
-    reason = cfg["not_for"].get(fix) or cfg["not_for"].get(framework)  # set by the scenario and the framework
+    reason = not_applicable(cfg)
     if reason:  # a combination that makes no sense: not run, and not a failure of a sweep
         which = f"scenario={scenario} callback={fix}" + (f" framework={framework}" if framework != "fastai" else "")
         why = f"{which}: n/a: {reason}"

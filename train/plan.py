@@ -80,6 +80,21 @@ def check_config(cfg: dict) -> None:
                  "must be two different digits")
 
 
+WORKLOAD_WORDS = {"load_best": "the load of the best at the end (workload=load_best)",
+                  "resume": "the resume after a restart (workload=resume)"}
+
+
+def not_applicable(cfg: dict):
+    """Why this scenario x fix x framework makes no sense (its cell is n/a, not run), or None: the scenario's or
+    the framework's not_for names the fix or the framework, or the fix is not for the run's workload."""
+    fix, framework, workload = cfg["callback"]["name"], cfg["framework"]["name"], cfg["workload"]
+    reason = cfg["not_for"].get(fix) or cfg["not_for"].get(framework)
+    if reason or workload in cfg["callback"]["workloads"]:
+        return reason
+    words = [WORKLOAD_WORDS.get(w, f"workload={w}") for w in cfg["callback"]["workloads"]] or ["no workload"]
+    return f"a fix of {' and '.join(words)}; this run's is {WORKLOAD_WORDS.get(workload, f'workload={workload}')}"
+
+
 def is_name(text) -> bool:
     """A name for one file or folder, never a path: not empty, no separator, not . or .., no NUL, not too long."""
     return isinstance(text, str) and 0 < len(text) <= 200 and "/" not in text and "\0" not in text \
