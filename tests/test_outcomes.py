@@ -755,3 +755,120 @@ def test_a_failed_read_always_says_something():
     assert load_error_sentence("EOFError", "") == "EOFError: the file ended before a whole checkpoint (empty or cut short)"
     assert load_error_sentence("KeyError", "") == "KeyError, with no message"
     assert load_error_sentence("OSError", "[Errno 22] Invalid argument") == "OSError: [Errno 22] Invalid argument"
+
+
+# --- the resume judgement, whole: the sentence, each rank's outcome and detail, and the run's record -----------
+
+def _restart(events, n, t, resume=("m/epoch0.pt", 0, 10, "e0"), final="end"):
+    """Attempt n of both ranks at t: each resumes from (path, epoch, step, digest) and finishes with `final`."""
+    path, epoch, step, digest = resume
+    out = list(events)
+    for r in (0, 1):
+        out += [(t, r, "loop_start", {"attempt": n}),
+                (t + 0.1, r, "resume", {"attempt": n, "epoch": epoch, "step": step, "path": path, "digest": digest}),
+                (t + 3.0, r, "final", {"attempt": n, "digest": final})]
+    return out
+
+
+FRESH = {"attempt": 0, "step": 0, "path": None, "newest_complete": None, "newest_step": 0, "steps_lost": 0,
+         "torn": False}  # a rank's first attempt, with no checkpoint yet
+KILLED_MID_WRITE = {"attempt": 0, "ended": "died", "rank": 0, "file": "m/epoch1.pt",
+                    "what": "rank 0 killed with SIGKILL mid write (planted)", "error_type": None}
+
+
+def test_a_restart_from_the_newest_complete_checkpoint_is_clean_and_the_record_says_each_step():
+    v = judge(_resume_run(*_restart(_attempt0_killed_mid_epoch1(), 1, 5.0)), 2)
+    assert v.explanation == ("clean: torch elastic restarted it 1 time (attempt 0 died on epoch1.pt: rank 0 killed "
+                             "with SIGKILL mid write (planted)); every rank resumed from step 10, the newest complete "
+                             "checkpoint, finished with agreeing replicas")
+    assert [(r.outcome, r.detail, r.final_digest) for r in v.ranks] == [("loaded", "resumed from step 10", "end")] * 2
+    from_epoch0 = {"attempt": 1, "step": 10, "path": "m/epoch0.pt", "newest_complete": "m/epoch0.pt",
+                   "newest_step": 10, "steps_lost": 0, "torn": False}
+    assert v.resume == {"run": "finished", "restarts": 1, "attempts": [KILLED_MID_WRITE,
+                                                                       {"attempt": 1, "ended": "finished"}],
+                        "ranks": {"0": [FRESH, from_epoch0], "1": [FRESH, from_epoch0]}, "diverged_at_resume": []}
+
+
+def test_a_run_that_never_restarted_and_started_fresh_is_clean_without_a_resume_to_name():
+    events = []
+    for r in (0, 1):
+        events += [(1.0, r, "loop_start", {"attempt": 0}),
+                   (1.1, r, "resume", {"attempt": 0, "epoch": -1, "step": 0, "path": None, "digest": "init"}),
+                   (8.0, r, "final", {"attempt": 0, "digest": "end"})]
+    v = judge(_resume_run(*events), 2)
+    assert (v.verdict, v.explanation) == ("clean", "clean: finished with agreeing replicas")
+    assert [(r.outcome, r.detail) for r in v.ranks] == [("loaded", "")] * 2
+    assert v.resume["restarts"] == 0 and v.resume["attempts"] == [{"attempt": 0, "ended": "finished"}]
+
+
+def test_two_restarts_name_each_attempt_and_the_first_failure_in_it():
+    """Attempt 1: rank 1 is killed, then rank 0's all-reduce breaks; the attempt died of the kill, the first."""
+    events = _attempt0_killed_mid_epoch1()
+    for r in (0, 1):
+        events += [(5.0, r, "loop_start", {"attempt": 1}),
+                   (5.1, r, "resume", {"attempt": 1, "epoch": 0, "step": 10, "path": "m/epoch0.pt", "digest": "e0"})]
+    events += [(6.0, 1, "crash", {"attempt": 1, "at": "before_save", "epoch": 1, "path": "m/epoch1.pt"}),
+               (6.5, 0, "sync_error", {"attempt": 1, "how": "all-reduce", "error_type": "DistBackendError",
+                                       "message": "Connection closed by peer", "timed_out": False})]
+    v = judge(_resume_run(*_restart(events, 2, 10.0)), 2)
+    assert (v.verdict, v.explanation) == ("clean", (
+        "clean: torch elastic restarted it 2 times (attempt 0 died on epoch1.pt: rank 0 killed with SIGKILL mid "
+        "write (planted); attempt 1 died on epoch1.pt: rank 1 killed with SIGKILL before save (planted)); every "
+        "rank resumed from step 10, the newest complete checkpoint, finished with agreeing replicas"))
+    assert v.resume["attempts"][1] == {"attempt": 1, "ended": "died", "rank": 1, "file": "m/epoch1.pt",
+                                       "what": "rank 1 killed with SIGKILL before save (planted)", "error_type": None}
+    assert v.resume["restarts"] == 2
+
+
+def test_a_crash_loop_on_a_torn_file_says_each_attempt_and_each_rank_in_one_sentence():
+    events = _attempt0_killed_mid_epoch1()
+    for n in (1, 2):
+        events += [(5.0 * n, 0, "loop_start", {"attempt": n}),
+                   (5.0 * n + 1, 0, "load_error", {"attempt": n, "path": "m/epoch1.pt", "error_type": "OSError",
+                                                   "message": "[Errno 22] Invalid argument"})]
+    v = judge(_resume_run(*events, status="failed"), 2)
+    could_not = "rank 0 could not resume from it (corrupt: OSError: [Errno 22] Invalid argument)"
+    assert v.explanation == (
+        "race: ran out of restarts after 3 attempts (attempt 0 died on epoch1.pt: rank 0 killed with SIGKILL mid "
+        f"write (planted); attempt 1 died on epoch1.pt: {could_not}; attempt 2 died on epoch1.pt: {could_not}); "
+        "rank 0 corrupt (resuming from m/epoch1.pt: OSError: [Errno 22] Invalid argument); rank 1 aborted (stopped "
+        "by torch elastic when a peer failed)")
+    assert v.resume["attempts"][1:] == [{"attempt": n, "ended": "died", "rank": 0, "file": "m/epoch1.pt",
+                                         "what": could_not, "error_type": "OSError"} for n in (1, 2)]
+    assert (v.resume["run"], v.resume["restarts"], v.replicas) == ("out_of_restarts", 2, "unknown")
+
+
+def test_replicas_that_resumed_from_different_checkpoints_diverge_and_the_sentence_names_each_step():
+    events = _attempt0_killed_mid_epoch1()
+    events += [(2.5, 0, "save_end", {"attempt": 0, "epoch": 1, "step": 20, "path": "m/epoch1.pt", "digest": "e1"})]
+    events += [(5.1, 0, "resume", {"attempt": 1, "epoch": 1, "step": 20, "path": "m/epoch1.pt", "digest": "e1"}),
+               (5.1, 1, "resume", {"attempt": 1, "epoch": 0, "step": 10, "path": "m/epoch0.pt", "digest": "e0"}),
+               (8.0, 0, "final", {"attempt": 1, "digest": "a"}), (8.0, 1, "final", {"attempt": 1, "digest": "b"})]
+    v = judge(_resume_run(*events), 2)
+    assert v.explanation == (
+        "race: torch elastic restarted it 1 time (attempt 0 died on epoch1.pt: rank 0 killed with SIGKILL mid write "
+        "(planted)); the replicas diverged from the first step: the ranks resumed from different checkpoints (rank 0 "
+        "from step 20, rank 1 from step 10); rank 1 stale (resumed from step 10 in attempt 1; the newest complete "
+        "checkpoint was step 20: 10 steps redone)")
+    assert [(r.outcome, r.detail) for r in v.ranks] == [
+        ("loaded", "resumed from step 20"),
+        ("stale", "resumed from step 10 in attempt 1; the newest complete checkpoint was step 20: 10 steps redone")]
+    assert v.resume["ranks"]["1"][1] == {"attempt": 1, "step": 10, "path": "m/epoch0.pt",
+                                         "newest_complete": "m/epoch1.pt", "newest_step": 20, "steps_lost": 10,
+                                         "torn": False}
+    assert (v.resume["run"], v.resume["diverged_at_resume"]) == ("diverged", [{0: 20, 1: 10}])
+
+
+def test_a_delete_of_a_file_a_peer_deleted_first_ends_the_run_and_is_named():
+    events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
+    gone = "[Errno 2] No such file or directory: 'm/epoch0.pt'"
+    events += [(2.0, 1, "rotate_error", {"attempt": 0, "path": "m/epoch0.pt", "error_type": "FileNotFoundError",
+                                         "message": gone})]
+    v = judge(_resume_run(*events, status="failed"), 2)
+    assert v.explanation == (
+        f"race: ran out of restarts after 1 attempts (attempt 0 died on epoch0.pt: rank 1 deleting it: "
+        f"FileNotFoundError: {gone}); rank 0 aborted (stopped by torch elastic when a peer failed); rank 1 missing "
+        f"(deleting m/epoch0.pt: FileNotFoundError: {gone})")
+    assert v.resume["attempts"] == [{"attempt": 0, "ended": "died", "rank": 1, "file": "m/epoch0.pt",
+                                     "what": f"rank 1 deleting it: FileNotFoundError: {gone}",
+                                     "error_type": "FileNotFoundError"}]
