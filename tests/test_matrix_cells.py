@@ -264,3 +264,36 @@ def test_why_a_record_could_not_be_used_in_a_few_words():
     assert unreadable(FileNotFoundError(2, "No such file", "/x/.hydra/config.yaml")) == "no config.yaml"
     assert unreadable(FileNotFoundError()) == "no file"
     assert unreadable(KeyError("config")) == "KeyError: 'config'"
+
+
+def test_a_runs_row_names_its_framework_and_a_record_without_one_is_fastai_s(tmp_path):
+    summary = {"config": {**CFG, "framework": {"name": "lightning"}}, "status": "ok", "verdict": "clean",
+               "ranks": []}  # just the four keys a record must have
+    assert run_row(tmp_path, make_run(tmp_path, "0-torn-poll", summary), [])["framework"] == "lightning"
+    older = {**summary, "config": CFG}  # a record from before there were frameworks
+    assert run_row(tmp_path, make_run(tmp_path, "1-torn-poll", older), [])["framework"] == "fastai"
+
+
+def test_a_summary_without_a_runs_record_is_read_as_none_and_its_run_as_crashed(tmp_path):
+    from train.report import read_summary
+
+    hydra = {"config.yaml": json.dumps(CFG)}
+    cut = make_run(tmp_path, "0-cut", {"config": CFG, "status": "ok", "verdict": "clean"}, hydra=hydra)  # no ranks
+    assert read_summary(cut) is None
+    assert (run_row(tmp_path, cut, [])["verdict"], run_row(tmp_path, cut, [])["status"]) == ("crashed", "crashed")
+    whole = make_run(tmp_path, "1-whole", {"config": CFG, "status": "ok", "verdict": "clean", "ranks": []})
+    assert read_summary(whole) == {"config": CFG, "status": "ok", "verdict": "clean", "ranks": []}
+
+
+def test_a_framework_whose_every_cell_is_n_a_still_shows_its_fixes():
+    from train.matrix import fixes_shown
+
+    cells = build([{**row("n/a", variant=fix, note="n/a: no seam"), "framework": "transformers"}
+                   for fix in ("dcp", "barrier")])
+    assert fixes_shown(cells) == ["barrier", "dcp"]  # all n/a: every column, each saying why
+
+
+def test_a_long_reason_is_cut_to_its_first_80_characters():
+    from train.report import unreadable
+
+    assert unreadable(RuntimeError("x" * 100)) == "RuntimeError: " + "x" * 80
