@@ -257,3 +257,24 @@ def test_the_tables_default_column_says_each_kind_of_default():
         items: list = field(default_factory=lambda: [3, 7])
 
     assert [_default_text(f) for f in fields(Kinds)] == ["(group)", "null", "false", "`best`", "0.5", "[3, 7]"]
+
+
+def test_n_a_by_workload_names_each_workload_in_words_and_an_unknown_one_by_its_value():
+    """not_applicable runs before the checks (the launcher asks it first), so it says what it was given."""
+    def cfg(workloads, workload):
+        return {"callback": {"name": "fix", "workloads": workloads}, "framework": {"name": "fastai"},
+                "workload": workload, "not_for": {}}
+
+    assert not_applicable(cfg(["load_best", "other"], "resume")) == (
+        "a fix of the load of the best at the end (workload=load_best) and workload=other; this run's is the resume "
+        "after a restart (workload=resume)")
+    assert not_applicable(cfg(["load_best"], "bogus")) == (
+        "a fix of the load of the best at the end (workload=load_best); this run's is workload=bogus")
+    assert not_applicable(cfg([], "resume")) == "a fix of no workload; this run's is the resume after a restart " \
+                                                "(workload=resume)"
+
+
+def test_a_list_with_choices_says_each_item_must_be_one_of_them():
+    with pytest.raises(ConfigError) as e:
+        make_plan(base_cfg(**{"callback.workloads": ["x"]}), LAPTOP)
+    assert str(e.value) == "callback.workloads=['x']: must be a list, each one of load_best, resume"

@@ -297,3 +297,9 @@ def test_a_long_reason_is_cut_to_its_first_80_characters():
     from train.report import unreadable
 
     assert unreadable(RuntimeError("x" * 100)) == "RuntimeError: " + "x" * 80
+
+
+def test_a_group_names_its_fix_with_its_framework_where_that_is_not_fastai():
+    groups = aggregate([row("clean", variant="barrier"), {**row("race", variant="as_shipped"), "framework": "lightning"},
+                        {**row("clean", variant="barrier"), "framework": "fastai"}])
+    assert sorted((g["variant"], g["runs"]) for g in groups) == [("barrier", 2), ("lightning:as_shipped", 1)]

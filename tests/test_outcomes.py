@@ -872,3 +872,152 @@ def test_a_delete_of_a_file_a_peer_deleted_first_ends_the_run_and_is_named():
     assert v.resume["attempts"] == [{"attempt": 0, "ended": "died", "rank": 1, "file": "m/epoch0.pt",
                                      "what": f"rank 1 deleting it: FileNotFoundError: {gone}",
                                      "error_type": "FileNotFoundError"}]
+
+
+def test_an_error_raised_while_the_file_was_decoded_is_corrupt_and_any_other_a_harness_error():
+    """in_reader (error_fields): the reader failed on the file's bytes, whatever the error says; without it an
+    unknown error is the harness's own. The same rule for the load at the end and for a resume."""
+    odd = {"error_type": "RuntimeError", "message": "unexpected key in the stream"}
+    assert outcome(1, launch("ok", *saver(), *loader(1, 12.5, in_reader=True, **odd))) == "corrupt"
+    assert outcome(1, launch("ok", *saver(), *loader(1, 12.5, **odd))) == "error"
+
+    def resumed(**fields):
+        events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
+        events += [(2.0, 0, "load_error", {"attempt": 0, "path": "/ck/m/epoch1.pt", **odd, **fields})]
+        return judge(_resume_run(*events, status="failed"), 2)
+
+    decoded = resumed(in_reader=True)
+    assert decoded.resume["attempts"][0]["what"] == ("rank 0 could not resume from it (corrupt: RuntimeError: "
+                                                     "unexpected key in the stream)")
+    assert (decoded.verdict, decoded.ranks[0].outcome) == ("race", "corrupt")
+    own = resumed()
+    assert own.resume["attempts"][0]["what"] == ("rank 0 could not resume from it (error: RuntimeError: unexpected "
+                                                 "key in the stream)")
+    assert (own.verdict, own.ranks[0].outcome) == ("error", "error")
+
+
+def test_an_attempt_that_died_in_training_or_in_a_sync_names_no_file_and_the_epoch_where_known():
+    events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
+    events += [(2.0, 1, "sync_error", {"attempt": 0, "how": "barrier", "error_type": "DistBackendError",
+                                       "message": "Timed out waiting 8000ms. More", "timed_out": True}),
+               (2.5, 0, "train_error", {"attempt": 0, "epoch": 1, "error_type": "RuntimeError", "message": "boom"})]
+    v = judge(_resume_run(*events, status="failed"), 2)
+    assert v.resume["attempts"] == [{"attempt": 0, "ended": "died", "rank": 1, "file": None,
+                                     "what": "rank 1 in epoch ?: DistBackendError: Timed out waiting 8000ms",
+                                     "error_type": "DistBackendError"}]  # a sync's error names no epoch
+    assert v.explanation.startswith("race: ran out of restarts after 1 attempts (attempt 0 died on no file: rank 1 "
+                                    "in epoch ?: DistBackendError: Timed out waiting 8000ms); ")
+
+
+def test_the_file_an_attempt_died_on_is_named_by_its_own_name_not_its_folders():
+    events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
+    events += [(3.0, 0, "crash", {"attempt": 0, "at": "mid_write", "epoch": 1, "path": "/tmp/run/models/epoch1.pt"})]
+    v = judge(_resume_run(*events, status="failed"), 2)
+    assert v.explanation.startswith("race: ran out of restarts after 1 attempts (attempt 0 died on epoch1.pt: ")
+    assert v.resume["attempts"][0]["file"] == "/tmp/run/models/epoch1.pt"
+
+
+def test_a_resume_ahead_of_every_complete_save_stays_ahead_when_a_later_save_reaches_that_step():
+    """Rank 1 resumes from step 20 while only step 10 is complete; rank 0 resumed from step 10 and saves step 20
+    later: what rank 1 read is judged against the saves that had ended when it read, not that later one."""
+    events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
+    events += [(1.5, 0, "save_end", {"attempt": 0, "epoch": 0, "step": 10, "path": "/m/epoch0.pt", "digest": "e0"}),
+               (5.0, 0, "resume", {"attempt": 1, "epoch": 0, "step": 10, "path": "/m/epoch0.pt", "digest": "e0"}),
+               (5.0, 1, "resume", {"attempt": 1, "epoch": 1, "step": 20, "path": "/m/epoch1.pt", "digest": "x"}),
+               (7.0, 0, "save_end", {"attempt": 1, "epoch": 1, "step": 20, "path": "/m/epoch1.pt", "digest": "y"}),
+               (8.0, 0, "final", {"attempt": 1, "digest": "a"}), (8.0, 1, "final", {"attempt": 1, "digest": "b"})]
+    v = judge(_resume_run(*events), 2)
+    assert v.resume["ranks"]["1"] == [{"attempt": 1, "step": 20, "path": "/m/epoch1.pt",
+                                       "newest_complete": "/m/epoch0.pt", "newest_step": 10, "steps_lost": -10,
+                                       "torn": False}]
+    assert (v.ranks[1].outcome, v.ranks[1].detail) == (
+        "corrupt", "resumed from step 20, ahead of every complete save (step 10): 10 steps skipped")
+
+
+def test_an_error_names_every_rank_that_failed():
+    events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
+    events += [(2.0, r, "rotate_error", {"attempt": 0, "path": "/m/epoch0.pt", "error_type": "PermissionError",
+                                         "message": "[Errno 13] Permission denied"}) for r in (0, 1)]
+    v = judge(_resume_run(*events, status="failed"), 2)
+    assert v.explanation == ("error: rank 0 failed (deleting /m/epoch0.pt: PermissionError: [Errno 13] Permission "
+                             "denied); rank 1 failed (deleting /m/epoch0.pt: PermissionError: [Errno 13] Permission "
+                             "denied)")
+
+
+def _two_attempts(attempt1):
+    """Attempt 0 killed mid epoch 1 (step 10 complete, step 20 too by the time of attempt 1), then attempt 1."""
+    events = _attempt0_killed_mid_epoch1()
+    events += [(2.5, 0, "save_end", {"attempt": 0, "epoch": 1, "step": 20, "path": "m/epoch1.pt", "digest": "e1"})]
+    events += [(5.0, r, "loop_start", {"attempt": 1}) for r in (0, 1)]
+    return events + attempt1
+
+
+def test_a_timed_out_all_reduce_in_training_or_a_timed_out_sync_names_what_timed_out():
+    """DDP's all-reduce in backward raises in training (train_error, no `how`); a watched sync names its own."""
+    stuck = {"attempt": 1, "epoch": 1, "error_type": "DistBackendError", "message": "timed out", "timed_out": True}
+    for event, fields, what in (("train_error", {}, "all-reduce"), ("sync_error", {"how": "barrier"}, "barrier")):
+        v = judge(_resume_run(*_two_attempts([(6.0, 1, event, {**stuck, **fields})]), status="failed"), 2)
+        assert (v.ranks[1].outcome, v.ranks[1].detail) == ("timeout", f"then its {what} timed out waiting for a peer")
+
+
+def test_a_rank_whose_training_broke_when_a_peer_was_killed_is_aborted_by_it():
+    v = judge(_resume_run(*_two_attempts([
+        (5.1, 0, "resume", {"attempt": 1, "epoch": 1, "step": 20, "path": "m/epoch1.pt", "digest": "e1"}),
+        (6.0, 1, "crash", {"attempt": 1, "at": "before_save", "epoch": 2, "path": "m/epoch2.pt"}),
+        (6.1, 0, "train_error", {"attempt": 1, "epoch": 2, "error_type": "DistBackendError",
+                                 "message": "Connection closed by peer", "timed_out": False})]), status="failed"), 2)
+    assert [(r.outcome, r.detail) for r in v.ranks] == [
+        ("aborted", "DistBackendError when a peer died"), ("crashed", "killed with SIGKILL where the scenario placed it")]
+    assert v.ranks[0].timings == {}  # the milestones of its last attempt: none of them reached
+
+
+def test_ranks_that_both_resumed_from_an_older_checkpoint_agree_yet_are_stale_and_the_run_a_race():
+    older = ("m/epoch0.pt", 0, 10, "e0")
+    v = judge(_resume_run(*_restart(_two_attempts([]), 1, 5.0, resume=older)), 2)
+    assert (v.verdict, v.replicas, v.resume["run"]) == ("race", "agree", "finished")
+    assert [(r.outcome, r.timings) for r in v.ranks] == [("stale", {"final": 8.0})] * 2
+    assert v.explanation.endswith("; rank 0 stale (resumed from step 10 in attempt 1; the newest complete checkpoint "
+                                  "was step 20: 10 steps redone); rank 1 stale (resumed from step 10 in attempt 1; "
+                                  "the newest complete checkpoint was step 20: 10 steps redone)")
+
+
+def test_a_single_step_redone_is_stale():
+    """One batch per epoch: the newest complete save is one step ahead of the one both ranks resumed from."""
+    events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
+    events += [(1.5, 0, "save_end", {"attempt": 0, "epoch": 0, "step": 1, "path": "m/epoch0.pt", "digest": "e0"}),
+               (2.5, 0, "save_end", {"attempt": 0, "epoch": 1, "step": 2, "path": "m/epoch1.pt", "digest": "e1"}),
+               (3.0, 0, "crash", {"attempt": 0, "at": "mid_write", "epoch": 2, "path": "m/epoch2.pt"})]
+    v = judge(_resume_run(*_restart(events, 1, 5.0, resume=("m/epoch0.pt", 0, 1, "e0"))), 2)
+    assert [(r.outcome, r.detail) for r in v.ranks] == [
+        ("stale", "resumed from step 1 in attempt 1; the newest complete checkpoint was step 2: 1 steps redone")] * 2
+
+
+def test_replicas_that_resumed_from_different_checkpoints_have_diverged_even_if_they_end_alike():
+    v = judge(_resume_run(*_two_attempts([
+        (5.1, 0, "resume", {"attempt": 1, "epoch": 1, "step": 20, "path": "m/epoch1.pt", "digest": "e1"}),
+        (5.1, 1, "resume", {"attempt": 1, "epoch": 0, "step": 10, "path": "m/epoch0.pt", "digest": "e0"}),
+        (8.0, 0, "final", {"attempt": 1, "digest": "same"}), (8.0, 1, "final", {"attempt": 1, "digest": "same"})])),
+        2)
+    assert (v.verdict, v.replicas, v.resume["run"]) == ("race", "diverged", "diverged")
+
+
+def test_each_attempt_whose_ranks_resumed_from_different_checkpoints_is_named():
+    events = []
+    for n, steps in enumerate(((10, 0), (20, 10), (20, 20))):  # attempts 0 and 1 split, attempt 2 agrees
+        for r, step in enumerate(steps):
+            events += [(5.0 * n + 1, r, "loop_start", {"attempt": n}),
+                       (5.0 * n + 1.1, r, "resume", {"attempt": n, "epoch": step // 10 - 1, "step": step,
+                                                     "path": f"m/s{step}.pt" if step else None, "digest": f"d{step}"})]
+    v = judge(_resume_run(*events, status="failed"), 2)
+    assert v.resume["diverged_at_resume"] == [{0: 10, 1: 0}, {0: 20, 1: 10}]
+
+
+def test_a_run_that_ran_out_of_restarts_has_no_loaded_rank_even_one_that_reached_its_end():
+    v = judge(_resume_run(*_restart(_attempt0_killed_mid_epoch1(), 1, 5.0), status="failed"), 2)
+    assert [(r.outcome, r.detail) for r in v.ranks] == [("aborted", "stopped by torch elastic when a peer failed")] * 2
+    assert (v.verdict, v.resume["run"]) == ("race", "out_of_restarts")
+
+
+def test_a_resume_run_whose_launch_failed_is_an_error_not_a_race():
+    v = judge(_resume_run(*_restart(_attempt0_killed_mid_epoch1(), 1, 5.0), status="harness_error"), 2)
+    assert (v.verdict, v.resume["run"]) == ("error", "error")
