@@ -147,8 +147,8 @@ class TrainerResume:
             fields = error_fields(e)
             if isinstance(e, ValueError) and "Can't find a valid checkpoint" in str(e):
                 # the Trainer's words for a folder without model.safetensors: a missing file
-                fields = {**fields, "error_type": "FileNotFoundError", "message": f"ValueError: {fields['message']} "
-                          f"(no {WEIGHTS} in it)"}
+                fields = {**fields, "error_type": "FileNotFoundError",
+                          "message": f"no {WEIGHTS} in it (the Trainer's ValueError: {fields['message']})"}
             self.events.record("load_error", path=self.chosen, **fields)
             say(f"Resume from {Path(self.chosen).name} failed: {type(e).__name__}: {e}")
         else:
