@@ -8,7 +8,7 @@ optimizer.pt and scheduler.pt (should_save), rng_state_<rank>.pth (every rank, i
 shutil.rmtree(ignore_errors=True): transformers#20988's fix). No barrier after the save unless a best metric is
 tracked. At the start of every attempt: trainer.train(resume_from_checkpoint=<the newest>), where the newest is
 transformers.trainer_utils.get_last_checkpoint(output_dir): the checkpoint-<step> FOLDER with the highest step,
-with no check of what is in it (5.23 has no staging folder: transformers#28364's was reverted). We call
+with no check of what is in it (5.23 has no staging folder: #35580's was reverted by #36112). We call
 get_last_checkpoint ourselves and pass its path, as the Trainer's example scripts do (run_glue.py), because
 resume_from_checkpoint=True with no checkpoint raises ValueError("No valid checkpoint found ...") in 5.23: a fresh
 start passes None. The Trainer then reads model.safetensors into the model (_load_from_checkpoint, before
