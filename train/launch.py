@@ -42,6 +42,7 @@ from train.own_class import check_own_class
 from train.plan import make_plan, not_applicable, this_machine
 from train.rank import rank_main
 from train.summary import environment, format_table, write_json_atomic
+from train.torch_private import exit_barrier_within, stagger_first_rendezvous
 
 EXIT_EXPECT_MISMATCH, EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED = 1, 2, 3, 130
 SHUTDOWN_S = 1  # a rank the agent stops gets this long before SIGKILL (each leaves at once: train/rank.py)
@@ -123,38 +124,6 @@ def relative(path, run_dir: Path) -> str:
         return str(Path(path).relative_to(run_dir))
     except ValueError:
         return str(path)
-
-
-def stagger_first_rendezvous(nodes: int):
-    """c10d's rendezvous waits a random 0-0.3 s before its first round, to spread many nodes' joins
-    over time. One node has nobody to stagger against, so with nnodes=1 that wait is skipped; its
-    other waits are left as they are. (Were the private _delay gone, only the saving would be lost.)"""
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rendezvous
-
-    original = getattr(rendezvous, "_race_lab_original_delay", rendezvous._delay)
-
-    def no_random_stagger(seconds):
-        if not isinstance(seconds, tuple):  # a (low, high) range is the first round's stagger
-            original(seconds)
-
-    rendezvous._race_lab_original_delay = original
-    rendezvous._delay = original if nodes > 1 else no_random_stagger
-
-
-def exit_barrier_within(seconds: float):
-    """After its ranks end, a torch elastic agent waits up to 300 s for every other node's agent (its exit
-    barrier); a node whose launcher was stopped never comes. LaunchConfig has no key for that wait, so
-    it is set on the agent here. (Were the private method gone, only the shorter wait would be lost.)"""
-    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
-
-    original = getattr(SimpleElasticAgent, "_race_lab_original_exit_barrier", SimpleElasticAgent._exit_barrier)
-
-    def _exit_barrier(agent):
-        agent._exit_barrier_timeout = seconds
-        return original(agent)
-
-    SimpleElasticAgent._race_lab_original_exit_barrier = original
-    SimpleElasticAgent._exit_barrier = _exit_barrier
 
 
 AGENT_LOG = "agent.log"  # torch elastic's own log lines, in the run dir's logs/

@@ -182,12 +182,15 @@ def plot(cells: list, path: Path):
 
 
 def scenario_references(configs: Path) -> dict:
-    """Each scenario file's public report(s), from its opening comment: 'repo#number' mentions."""
+    """Each scenario file's public report(s), from its opening comment (the lines after `# @package _global_`,
+    up to the first that is not a comment): 'repo#number' mentions."""
+    import itertools
     import re
 
     refs = {}
     for f in sorted(configs.glob("scenario/*.yaml")):
-        comment = " ".join(line.lstrip("# ") for line in f.read_text().splitlines()[1:4] if line.startswith("#"))
+        opening = itertools.takewhile(lambda line: line.startswith("#"), f.read_text().splitlines()[1:])
+        comment = " ".join(line.lstrip("# ") for line in opening)
         found = re.findall(r"[\w.-]+#\d+", comment)
         refs[f.stem] = ", ".join(dict.fromkeys(found))
     return refs
