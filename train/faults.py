@@ -167,7 +167,7 @@ def describe(cfg: dict) -> str:
         parts.append("every improvement before the last epoch is saved too, so an older checkpoint is there to read")
     if ckpt["keep_existing"]:
         parts.append("a checkpoint left in checkpoint.dir by an earlier run is kept")
-    if fault["best_epoch"] is not None:
+    if fault["best_epoch"] is not None and cfg["workload"] == "load_best":  # a resume keeps no best
         best = "the last epoch" if fault["best_epoch"] == -1 else f"epoch {fault['best_epoch']}"
         parts.append(f"the monitored metric is shaped so {best} is the best")
     if ckpt["guard"] != "none":
