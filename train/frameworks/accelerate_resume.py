@@ -21,7 +21,7 @@ Seams (public, on every rank):
       the scenario kills rank 0 halfway through the model file (fault.kill_at=mid_write) or the fix writes it
       another way (atomic), the main process writes model.safetensors itself, the same safetensors bytes,
       through faults.resume_write, and empties `weights` (the override the hook's docs describe).
-  The rotation runs inside save_state: its deletions are recorded by listing the folder before and after.
+  The rotation runs inside save_state, before its pre-hook: the hook records the folders gone since the save began.
 No public seam lets one rank list other names than its peer inside load_state (it calls os.listdir itself), and
 there is no pointer: resume_disagree and pointer_first are n/a (their not_for lines).
 
@@ -72,6 +72,7 @@ class AccelerateResume:
         self.loading = None  # the folder load_state picked (its pre-hook says)
         self.written = None  # the digest of the weights the last save_state wrote
         self.epoch = None  # the epoch being saved
+        self.before = set()  # the checkpoint folders before the save
 
     def run(self):
         cfg, data = self.cfg, self.cfg["data"]
@@ -134,6 +135,8 @@ class AccelerateResume:
         listed = self.checkpoints()
         names = [p.name for p in listed]
         chosen = self.choose(listed)
+        if self.fix == "manifest" and listed:  # the next save goes past every folder there: the newest may be an
+            self.accelerator.project_configuration.iteration = number_of(listed[-1]) + 1  # incomplete one
         if chosen is None:
             self.events.record("resume", epoch=-1, step=0, path=None, digest=self.digest(), listing=names)
             return 0
@@ -150,10 +153,8 @@ class AccelerateResume:
         epoch = self.marked_epoch(loaded) if self.fix == "manifest" else number_of(loaded)  # the examples' way
         step = (epoch + 1) * self.steps_per_epoch
         self.events.record("resume", epoch=epoch, step=step, path=str(loaded), digest=self.digest(), listing=names)
-        # the next save's checkpoint_<i>: the user's line (load_state does not restore it); past every folder
-        # there with manifest, whose newest may be an incomplete one that save_state would refuse to overwrite
-        self.accelerator.project_configuration.iteration = \
-            number_of(listed[-1]) + 1 if self.fix == "manifest" else epoch + 1
+        if self.fix != "manifest":  # the next save's checkpoint_<i>: the user's line (load_state does not set it)
+            self.accelerator.project_configuration.iteration = epoch + 1
         say(f"Resumed from {loaded.name} (epoch {epoch}, step {step}).")
         return epoch + 1
 
@@ -184,13 +185,10 @@ class AccelerateResume:
         self.epoch, step = epoch, (epoch + 1) * self.steps_per_epoch
         path = self.folder / f"checkpoint_{self.accelerator.save_iteration}"
         main = self.accelerator.is_main_process
-        before = set(self.checkpoints()) if main else set()
+        self.before = set(self.checkpoints())  # what the rotation may delete (before_save says what it did)
         if main:
             self.events.record("save_start", epoch=epoch, step=step, path=str(path))
         self.accelerator.save_state()
-        if main:
-            for gone in sorted(before - set(self.checkpoints()), key=number_of):
-                self.events.record("rotate", path=str(gone))  # save_state's total_limit deleted it
         if self.fix == "manifest":
             self.accelerator.wait_for_everyone()  # every rank's files are written: then the commit point
             if main:
@@ -204,6 +202,9 @@ class AccelerateResume:
     def before_save(self, models, weights, output_dir):
         """Accelerate's save pre-hook, on every rank, before it writes; weights[0]: the model's state dict."""
         self.written = weights_digest(weights[0])
+        if self.accelerator.is_main_process:  # total_limit's deletion is done by now, the new files not yet
+            for gone in sorted(self.before - set(self.checkpoints()) - {Path(output_dir)}, key=number_of):
+                self.events.record("rotate", path=str(gone))
         if not self.accelerator.is_main_process or not (self.fix == "atomic" or
                                                         self.cfg["fault"]["kill_at"] == "mid_write"):
             return  # Accelerate writes the model itself
