@@ -7,10 +7,10 @@ load_state() at the start of every attempt (train/frameworks/accelerate_resume.p
   until the restarts run out.
 - crash_mid_save, atomic: the model file is never torn, but save_state made checkpoint_1/ before writing into it,
   and load_state() still picks that folder: every restart dies on the missing model file.
-- crash_mid_save, agreed: rank 0 picks the same torn folder for every rank: the same crash loop.
 - crash_mid_save, manifest: the marker written last is missing in checkpoint_1/: every rank resumes from
   checkpoint_0 (the previous complete epoch), the run restarts once and ends clean.
 - cleanup, as shipped: total_limit's deletion runs on the main process only: no FileNotFoundError, clean.
+- (slow) crash_mid_save, agreed: rank 0 picks the same torn folder for every rank: the same crash loop.
 - (slow) crash_mid_save with total_limit=1: save_state deletes checkpoint_0 BEFORE it writes checkpoint_1, so the
   kill leaves no complete checkpoint at all: even manifest starts over (steps redone, not clean).
 Each group is one Hydra multirun, the groups side by side; no run hangs, no process outlives it, and each
@@ -26,7 +26,7 @@ from conftest import side_by_side, sweep_command
 ENDS_WITHIN_S = 300  # every group together; about a minute on 2 idle cores
 
 GROUPS = {
-    "crash": ["scenario=crash_mid_save", "callback=as_shipped,atomic,agreed,manifest"],
+    "crash": ["scenario=crash_mid_save", "callback=as_shipped,atomic,manifest"],
     "cleanup": ["scenario=cleanup", "callback=as_shipped,rank0_rotates"],
     "not_applicable": ["scenario=pointer_first,resume_disagree", "callback=as_shipped"],
 }
@@ -86,10 +86,6 @@ def test_crash_mid_save_atomic_model_file_still_loops_on_the_folder_made_first(g
     assert "FileNotFoundError" in summary["explanation"]
 
 
-def test_crash_mid_save_agreed_loops_on_the_folder_rank_0_chose(groups):
-    crash_loop_on_checkpoint_1(by_fix(groups["crash"])["agreed"][0], "corrupt")
-
-
 def test_crash_mid_save_manifest_restarts_once_from_the_previous_complete_epoch(groups):
     summary, job = by_fix(groups["crash"])["manifest"]
     resume = summary["resume"]
@@ -123,13 +119,27 @@ def test_cells_that_do_not_apply_say_why(groups):
     assert rotates["verdict"] == "n/a" and "already as shipped" in rotates["explanation"]
 
 
+SLOW_GROUPS = {
+    "agreed": ["scenario=crash_mid_save", "callback=agreed"],
+    "limit_1": ["scenario=crash_mid_save", "checkpoint.keep_last=1", "callback=manifest"],
+}
+
+
+@pytest.fixture(scope="module")
+def slow_groups(tmp_path_factory) -> dict:
+    return launch(tmp_path_factory.mktemp("accelerate_resume_slow"), SLOW_GROUPS)
+
+
 @pytest.mark.slow
-def test_total_limit_deletes_the_last_complete_checkpoint_before_writing_the_next(tmp_path):
+def test_crash_mid_save_agreed_loops_on_the_folder_rank_0_chose(slow_groups):
+    crash_loop_on_checkpoint_1(by_fix(slow_groups["agreed"])["agreed"][0], "corrupt")
+
+
+@pytest.mark.slow
+def test_total_limit_deletes_the_last_complete_checkpoint_before_writing_the_next(slow_groups):
     """total_limit=1 with a kill halfway through checkpoint_1: save_state deleted checkpoint_0 first, so no
     complete checkpoint is left; manifest finds none and starts over: steps redone, not clean."""
-    run = launch(tmp_path, {"first": ["scenario=crash_mid_save", "checkpoint.keep_last=1",
-                                      "callback=manifest"]})["first"]
-    summary, job = by_fix(run)["manifest"]
+    summary, job = by_fix(slow_groups["limit_1"])["manifest"]
     assert summary["verdict"] == "race" and summary["resume"]["run"] == "finished", summary["explanation"]
     assert {r["outcome"] for r in summary["ranks"]} == {"stale"}
     for rank, resumes in summary["resume"]["ranks"].items():

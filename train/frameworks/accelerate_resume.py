@@ -203,7 +203,7 @@ class AccelerateResume:
         """Accelerate's save pre-hook, on every rank, before it writes; weights[0]: the model's state dict."""
         self.written = weights_digest(weights[0])
         if self.accelerator.is_main_process:  # total_limit's deletion is done by now, the new files not yet
-            for gone in sorted(self.before - set(self.checkpoints()) - {Path(output_dir)}, key=number_of):
+            for gone in sorted(self.before - set(self.checkpoints()), key=number_of):
                 self.events.record("rotate", path=str(gone))
         if not self.accelerator.is_main_process or not (self.fix == "atomic" or
                                                         self.cfg["fault"]["kill_at"] == "mid_write"):
