@@ -3,11 +3,9 @@
 
 It never imports a framework (fastai, Lightning, ...); each rank does, in its own process (train/worker.py).
 """
-import atexit
 import contextlib
 import errno
 import logging
-import multiprocessing
 import os
 import re
 import shutil
@@ -34,8 +32,9 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from train.config import ConfigError
 from train.faults import describe as describe_faults
-from train.early import preload_list, stop_forkserver
+from train.early import ensure_forkserver
 from train import nodes, sweep
+from train.nodes import rank_start_method
 from train.events import LAUNCHER, EventLog, read_events
 from train.outcomes import judge, worst_status
 from train.own_class import check_own_class
@@ -212,7 +211,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         min_nodes=nodes, max_nodes=nodes, nproc_per_node=cfg["world_size"] // nodes, run_id=cfg["rdzv"]["id"],
         rdzv_backend="c10d", rdzv_endpoint=cfg["rdzv"]["endpoint"],
         rdzv_configs={"join_timeout": cfg["timeout"]["collective_s"], "read_timeout": cfg["timeout"]["collective_s"]},
-        max_restarts=cfg["launch"]["max_restarts"], monitor_interval=0.02, start_method=cfg["launch"]["start_method"],
+        max_restarts=cfg["launch"]["max_restarts"], monitor_interval=0.02, start_method=rank_start_method(cfg),
         shutdown_timeout=SHUTDOWN_S,
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL,
                                     tee=Std.ALL if echo else Std.NONE),
@@ -221,9 +220,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
     if launch_cfg.start_method == "forkserver":
         # ranks fork from a server that has imported the framework once; later jobs of a sweep start in a
         # blink. train/early.py may have started it already, with every framework the command line names
-        multiprocessing.set_forkserver_preload(preload_list([cfg["framework"]["adapter"]]))
-        atexit.unregister(stop_forkserver)  # once per process, however many jobs a sweep runs
-        atexit.register(stop_forkserver)
+        ensure_forkserver([cfg["framework"]["adapter"]])
     taken = port_in_use(cfg["rdzv"]["endpoint"]) if nodes == 1 else None  # other nodes' agents use it too
     exit_barrier_within(cfg["timeout"]["collective_s"])
     stagger_first_rendezvous(nodes)
@@ -306,7 +303,7 @@ def _run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: 
     if nodes_here:
         events.record("launch_start", **start)
         disk = nodes.node_disk_form(cfg)
-        dirs = nodes.run_nodes_here(cfg, run_dir, task_overrides, events, disk)
+        dirs = nodes.run_nodes_here(cfg, asdict(plan), run_dir, events, disk, echo)
         events.record("launch_end", status=worst_status(nodes.read_node(d)["status"] for d in dirs))
         events.close()
         summary = nodes.merge(dirs, run_dir, asdict(plan))
