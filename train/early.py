@@ -58,9 +58,25 @@ def adapters_named(argv) -> list:
     return adapters
 
 
-def preload_list(adapters) -> list:
-    """What the forkserver imports: the framework-free rank code, then each adapter (its framework)."""
-    return ["train.preload", *adapters]
+def nodes_here_named(argv) -> bool:
+    """Whether the command line may run every node's agent on this host (launch.all_nodes_here, or a scenario
+    that sets it): those agents fork from the forkserver too, and run the launcher's own code."""
+    for arg in argv:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if key == "launch.all_nodes_here" and value.lower() != "false":
+            return True
+        if key == "scenario":
+            for name in value.split(","):
+                path = CONFIGS / "scenario" / f"{name.strip()}.yaml"
+                if path.is_file() and "all_nodes_here" in path.read_text():
+                    return True
+    return False
+
+
+def preload_list(adapters, nodes_here: bool = False) -> list:
+    """What the forkserver imports: the framework-free rank code, then each adapter (its framework);
+    with nodes_here also the launcher's code (Hydra's part of it) that a node agent runs."""
+    return ["train.preload", *adapters, *(["train.launch"] if nodes_here else [])]
 
 
 def start_forkserver(argv) -> bool:
@@ -69,17 +85,17 @@ def start_forkserver(argv) -> bool:
         return False
     from multiprocessing import forkserver
 
-    ensure_forkserver(adapters_named(argv))
+    ensure_forkserver(adapters_named(argv), nodes_here_named(argv))
     forkserver.ensure_running()  # returns at once; the server imports in its own process
     return True
 
 
-def ensure_forkserver(adapters):
+def ensure_forkserver(adapters, nodes_here: bool = False):
     """The forkserver that ranks (and the node agents of launch.all_nodes_here) fork from preloads these
     adapters, unless it runs already; it is stopped at exit, once however many jobs a sweep runs."""
     import multiprocessing
 
-    multiprocessing.set_forkserver_preload(preload_list(adapters))  # no effect on a server already running
+    multiprocessing.set_forkserver_preload(preload_list(adapters, nodes_here))  # no effect on one running already
     atexit.unregister(stop_forkserver)
     atexit.register(stop_forkserver)
 

@@ -34,7 +34,7 @@ from train.config import ConfigError
 from train.faults import describe as describe_faults
 from train.early import ensure_forkserver
 from train import nodes, sweep
-from train.nodes import rank_start_method
+from train.nodes import merged_here, rank_start_method  # launch() has a local `nodes`
 from train.events import LAUNCHER, EventLog, read_events
 from train.outcomes import judge, worst_status
 from train.own_class import check_own_class
@@ -124,20 +124,29 @@ def relative(path, run_dir: Path) -> str:
         return str(path)
 
 
-def stagger_first_rendezvous(nodes: int):
+def pace_rendezvous(nodes: int, all_here: bool):
     """c10d's rendezvous waits a random 0-0.3 s before its first round, to spread many nodes' joins
-    over time. One node has nobody to stagger against, so with nnodes=1 that wait is skipped; its
-    other waits are left as they are. (Were the private _delay gone, only the saving would be lost.)"""
+    over time, and then reads the shared state once a second until every node has joined. One node has
+    nobody to stagger against, so with nnodes=1 that first wait is skipped. Every node's agent on this
+    host (launch.all_nodes_here) skips it too, and reads the state every POLL_HERE_S: a store on
+    loopback, two readers. Its other waits are left as they are. (Were the private _delay gone, only
+    the saving would be lost.)"""
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rendezvous
 
     original = getattr(rendezvous, "_race_lab_original_delay", rendezvous._delay)
 
-    def no_random_stagger(seconds):
-        if not isinstance(seconds, tuple):  # a (low, high) range is the first round's stagger
-            original(seconds)
+    def paced(seconds):
+        if isinstance(seconds, tuple):  # a (low, high) range is the first round's stagger
+            if nodes > 1 and not all_here:
+                original(seconds)
+        else:  # the wait between two reads of the state
+            original(POLL_HERE_S if all_here else seconds)
 
     rendezvous._race_lab_original_delay = original
-    rendezvous._delay = original if nodes > 1 else no_random_stagger
+    rendezvous._delay = paced
+
+
+POLL_HERE_S = 0.02  # launch.all_nodes_here: the rendezvous state is read this often while a node waits for the others
 
 
 def exit_barrier_within(seconds: float):
@@ -223,7 +232,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         ensure_forkserver([cfg["framework"]["adapter"]])
     taken = port_in_use(cfg["rdzv"]["endpoint"]) if nodes == 1 else None  # other nodes' agents use it too
     exit_barrier_within(cfg["timeout"]["collective_s"])
-    stagger_first_rendezvous(nodes)
+    pace_rendezvous(nodes, nodes > 1 and merged_here())
     if taken:
         events.record("launch_error", error_type="OSError", message=taken)
         print(f"error: {taken}", file=sys.stderr, flush=True)

@@ -254,7 +254,7 @@ def run_nodes_here(cfg: dict, plan: dict, run_dir: Path, events, disk: str = "no
     dirs = [node_dir(run_dir, k) for k in range(cfg["nnodes"])]
     method = cfg["launch"]["start_method"]
     if method == "forkserver":
-        ensure_forkserver([cfg["framework"]["adapter"]])
+        ensure_forkserver([cfg["framework"]["adapter"]], nodes_here=True)
     context = multiprocessing.get_context(method)
     agents = [context.Process(target=node_agent, name=f"node{k}", args=(
         node_config(cfg, k, endpoint), plan, str(d), echo, disk, str(run_dir))) for k, d in enumerate(dirs)]
