@@ -6,6 +6,12 @@ rdzv.id=ID` per machine; torch elastic's c10d rendezvous joins their agents into
 node's run dir holds its own ranks' events and logs and node_summary.json, but no verdict: a node
 sees only its ranks. `python -m train.report --merge DIR...` (or, on one host,
 launch.all_nodes_here=true) puts the nodes' records together and judges them.
+
+On one host (launch.all_nodes_here=true) the run's launcher does not start a fresh `python -m train` per
+node: each node's agent is a process forked from the run's forkserver, which has imported torch and the
+framework once (or spawned, under launch.start_method=spawn). It first takes a disk of its own (a mount
+namespace with a tmpfs on checkpoint.dir: unshare(2) and mount(2)), then runs torch elastic's agent as
+a node's launcher does, and its ranks fork from it, inside that namespace.
 """
 import copy
 import ctypes
