@@ -245,8 +245,10 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
     )
     if launch_cfg.start_method == "forkserver":
         # ranks fork from a server that has imported the framework once; later jobs of a sweep start in a
-        # blink. train/early.py may have started it already, with every framework the command line names
-        ensure_forkserver([cfg["framework"]["adapter"]])
+        # blink. train/early.py may have started it already, with every framework the command line names.
+        # Started here (a side-by-side job's worker), it preloads the node agents' code too: a later
+        # two-node job of the worker forks them from it (train/nodes.py)
+        ensure_forkserver([cfg["framework"]["adapter"]], nodes_here=True)
     taken = port_in_use(cfg["rdzv"]["endpoint"]) if nodes == 1 else None  # other nodes' agents use it too
     exit_barrier_within(cfg["timeout"]["collective_s"])
     pace_rendezvous(nodes, nodes > 1 and merged_here())
@@ -322,7 +324,7 @@ def run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: b
 def _run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: bool) -> dict:
     nodes_here = cfg["nnodes"] > 1 and cfg["launch"]["all_nodes_here"]
     one_node_of_many = nodes.one_of_many(cfg)
-    if not nodes.merged_here():  # the node launchers of launch.all_nodes_here leave the header to theirs
+    if not nodes.merged_here():  # the node agents of launch.all_nodes_here leave the header to the run's
         print(header(cfg, plan, run_dir, nodes_here, one_node_of_many), flush=True)
     events = EventLog(run_dir, LAUNCHER, name=f"launcher-node{cfg['node_rank']}" if one_node_of_many else None)
     start = dict(world_size=cfg["world_size"], device=plan.device, backend=plan.backend, node_rank=cfg["node_rank"],
