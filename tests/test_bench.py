@@ -27,9 +27,9 @@ def test_the_forkserver_preloads_only_the_frameworks_the_command_line_names(argv
     (["launch.start_method=forkserver"], True),
     (["launch.start_method=spawn"], False),
     (["-m", "launch.start_method=spawn,forkserver"], False),
-    (["scenario=no_shared_fs"], False),  # its config starts every node's launcher on this host
+    (["scenario=no_shared_fs"], True),  # every node's agent on this host forks from it
     (["scenario=torn"], True),
-    (["launch.all_nodes_here=true", "nnodes=2"], False),
+    (["launch.all_nodes_here=true", "nnodes=2"], True),
     (["-m", "hydra/launcher=slurm"], False),
     (["--cfg", "job"], False),
     (["--help"], False),

@@ -48,6 +48,8 @@ def base_cfg(*overrides, **changes):
     (["scenario=seed", "callback=barrier"], None),
     (["scenario=crash_mid_save", "framework=torch_loop", "callback=atomic"], None),  # atomic: both workloads
     (["scenario=disagree", "callback=dcp", "framework=lightning"], "DDPStrategy saves through a CheckpointIO"),
+    (["scenario=seed", "callback=atomic", "framework=transformers"], "the Trainer reads only after the barrier"),
+    (["scenario=crash_mid_save", "callback=atomic", "framework=transformers"], None),  # load_best/atomic only
     (["scenario=crash_mid_save", "callback=atomic"], "a resume scenario: fastai's SaveModelCallback keeps the best"),
     (["scenario=crash_mid_save", "framework=torch_loop", "callback=barrier"], "a fix of the load of the best at "
      "the end (workload=load_best); this run's is the resume after a restart (workload=resume)"),

@@ -99,9 +99,9 @@ def test_each_scenario_cites_its_reports_once_in_order(tmp_path):
     assert set(refs) == {p.stem for p in (CONFIGS / "scenario").glob("*.yaml")}
     (tmp_path / "scenario").mkdir()
     (tmp_path / "scenario/x.yaml").write_text("# @package _global_\n#XLA#1 and b-c.d#22, XLA#1 again\n"
-                                              "# e_f#3\n# g#4\n# h#5 (line 5: past the opening)\nkey: i#6\n")
+                                              "# e_f#3\n# g#4\n# h#5\nkey: i#6\n# j#7 (after a key: past the opening)\n")
     (tmp_path / "scenario/y.yaml").write_text("# @package _global_\nkey: 1  # z#9\n")
-    assert scenario_references(tmp_path) == {"x": "XLA#1, b-c.d#22, e_f#3, g#4", "y": ""}
+    assert scenario_references(tmp_path) == {"x": "XLA#1, b-c.d#22, e_f#3, g#4, h#5", "y": ""}
 
 
 # --- the report: a row per run, the groups, the table -----------------------------------------------------

@@ -1,5 +1,5 @@
-"""Several nodes on torch elastic's c10d rendezvous: real agents on loopback, node-local checkpoint
-folders standing for each node's own disk, node run dirs merged into one verdict."""
+"""Several nodes on torch elastic's c10d rendezvous: real agents on loopback, each node's own disk (a tmpfs in
+its own mount namespace, or a folder), node run dirs merged into one verdict."""
 import json
 import signal
 import subprocess
@@ -72,6 +72,61 @@ def test_no_shared_fs_on_one_host_barrier_loses_and_broadcast_and_save_on_each_n
         assert run.summary["replicas"] == "agree"
         assert len({r["final_digest"] for r in run.summary["ranks"]}) == 1
         assert not processes_tagged(str(run.dir))
+
+
+@pytest.mark.slow
+def test_one_host_node_agents_each_have_a_disk_that_no_other_node_and_not_the_host_sees(train):
+    """launch.all_nodes_here: each node's agent is a process forked from the run's forkserver, in a mount
+    namespace of its own with a tmpfs on checkpoint.dir (node_disks=auto: mount, as root here); its ranks fork
+    from it and share its disk. Rank 0 saved on node 0's disk; rank 1, on node 1, past the barrier, finds none."""
+    run = train("scenario=no_shared_fs", "callback=barrier", "world_size=2")
+    assert run.rc == 0, run.out[-3000:]
+    s = run.summary
+    assert (s["node_disk"], s["verdict"], outcomes(s)) == ("mount", "race", ["loaded", "missing"])
+    saved = [e for e in run.events if e["event"] == "save_end"]
+    assert {e["rank"] for e in saved} == {0} and saved[-1]["path"].startswith(str(run.dir / "models"))
+    loads = {e["rank"]: e for e in run.events if e["event"] == "load_attempt"}
+    assert loads[1]["path"] == saved[-1]["path"]  # the same path as node 0's file, on node 1's own disk
+    assert not list((run.dir / "models").iterdir())  # the host's folder under the mounts: nothing was written there
+    assert [json.loads((run.dir / f"nodes/node{k}/node_summary.json").read_text())["node_rank"] for k in (0, 1)] \
+        == [0, 1]
+    assert run.out.count("run dir: ") == 1 and "Traceback" not in run.out + run.err
+    assert not processes_tagged(str(run.dir))
+
+
+@pytest.mark.slow
+def test_under_start_method_spawn_the_node_agents_are_spawned_with_their_own_disks_too(train):
+    run = train("scenario=no_shared_fs", "callback=barrier", "world_size=2", "launch.start_method=spawn")
+    assert run.rc == 0, run.out[-3000:]
+    s = run.summary
+    assert (s["node_disk"], s["verdict"], outcomes(s)) == ("mount", "race", ["loaded", "missing"])
+    assert [n["status"] for n in s["nodes"]] == ["ok", "ok"]
+    assert not processes_tagged(str(run.dir))
+
+
+@pytest.mark.slow
+def test_a_nodes_run_whose_launcher_is_killed_leaves_no_process(tmp_path):
+    """kill -9 of the launcher (nothing of it runs after): its forkserver goes with it, each node agent with
+    the forkserver, each rank with its node agent."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", "scenario=no_shared_fs",
+                             "callback=barrier", "skew.seconds=120"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=tagged_env(str(run_dir)))
+    try:
+        deadline = time.time() + 240
+        while not list(run_dir.glob("nodes/node*/events/rank*.jsonl")) or \
+                '"skew_start"' not in "".join(p.read_text() for p in run_dir.glob("nodes/node*/events/rank*.jsonl")):
+            assert proc.poll() is None and time.time() < deadline, "rank 0 never got to its stall"
+            time.sleep(0.2)
+        assert len(processes_tagged(str(run_dir))) >= 5  # launcher, forkserver, 2 node agents, 2 ranks
+        proc.kill()
+        proc.wait()
+        deadline = time.time() + 60  # a bound for a failure, not a timing: each goes at once
+        while processes_tagged(str(run_dir)) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not processes_tagged(str(run_dir))
+    finally:
+        proc.kill()
 
 
 def test_the_node_launchers_that_share_a_run_dir_can_both_check_it_is_writable_at_once(tmp_path):

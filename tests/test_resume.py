@@ -3,9 +3,10 @@ torch elastic's own restarts (launch.max_restarts, set by each scenario):
 
 - crash_mid_save: rank 0 is killed halfway through epoch 1's checkpoint. The loop that writes in place resumes
   from the torn file, dies on it at every restart and runs out of restarts, and the summary names the file; with
-  atomic and with dcp it restarts once, every rank resumes from epoch 0 (the previous complete one) and the run
+  atomic, dcp and manifest it restarts once, every rank resumes from epoch 0 (the previous complete one) and the run
   ends clean with agreeing replicas.
-- pointer_first: `latest` names the checkpoint before it is complete: not clean; written last (manifest): clean.
+- pointer_first: `latest` names the checkpoint before it is complete: not clean, nor with an atomic file (the
+  pointer names a file never renamed into place); written last (manifest): clean.
 - cleanup: every rank deletes the old checkpoint: FileNotFoundError, not clean; rank 0 alone after a barrier: clean.
 - resume_disagree: rank 1's stale listing misses the newest checkpoint: the replicas diverge; agreed: clean.
 Every group is one Hydra multirun, the groups side by side; no run hangs, no process outlives it, and each
@@ -21,8 +22,8 @@ from conftest import side_by_side, sweep_command
 ENDS_WITHIN_S = 300  # every group together; about a minute on 2 idle cores
 
 GROUPS = {
-    "crash": ["scenario=crash_mid_save", "callback=in_place,atomic,dcp"],
-    "pointer": ["scenario=pointer_first", "callback=in_place,manifest"],
+    "crash": ["scenario=crash_mid_save", "callback=in_place,atomic,dcp,manifest"],
+    "pointer": ["scenario=pointer_first", "callback=in_place,atomic,manifest"],
     "cleanup": ["scenario=cleanup", "callback=in_place,rank0_rotates"],
     "disagree": ["scenario=resume_disagree", "callback=in_place,agreed"],
 }
@@ -73,8 +74,8 @@ def test_crash_mid_save_in_place_runs_out_of_restarts_on_the_torn_file(groups):
         assert sorted(e["attempt"] for e in events if e["rank"] == rank and e["event"] == "rank_start") == [0, 1, 2]
 
 
-@pytest.mark.parametrize("fix", ["atomic", "dcp"])
-def test_crash_mid_save_atomic_and_dcp_restart_once_and_end_clean(groups, fix):
+@pytest.mark.parametrize("fix", ["atomic", "dcp", "manifest"])
+def test_crash_mid_save_atomic_dcp_and_manifest_restart_once_and_end_clean(groups, fix):
     summary, job = by_fix(groups["crash"])[fix]
     restarted_once_from_epoch0(summary)
     assert any(e["event"] == "crash" and e["attempt"] == 0 for e in events_of(job))  # the kill did happen
@@ -86,6 +87,14 @@ def test_pointer_first_is_not_clean_and_the_pointer_written_last_is(groups):
     assert first["verdict"] == "race" and first["resume"]["run"] == "out_of_restarts"
     assert Path(first["resume"]["attempts"][1]["file"]).name == "epoch1.pt"  # where the pointer led
     restarted_once_from_epoch0(runs["manifest"][0])
+
+
+def test_pointer_first_with_an_atomic_file_follows_the_pointer_to_a_file_never_renamed(groups):
+    # atomic makes the file whole or absent, but the pointer written first still names it: missing, a crash loop
+    summary, _ = by_fix(groups["pointer"])["atomic"]
+    assert summary["verdict"] == "race" and summary["resume"]["run"] == "out_of_restarts"
+    later = summary["resume"]["attempts"][1]
+    assert Path(later["file"]).name == "epoch1.pt" and later["error_type"] == "FileNotFoundError", later
 
 
 def test_cleanup_every_rank_deleting_names_the_file_not_found(groups):

@@ -4,6 +4,7 @@ The story, in reading order:
   config.py    the schema: every key, its type, default, range and meaning, declared once
   early.py     the forkserver's life: started before the launcher imports torch, ended at exit
   launch.py    Hydra main: check the config, start the ranks with torch elastic, collect, summarise
+  torch_private.py  every use of a private torch function, each saying what is lost if it goes
   errors.py    Hydra's composition errors as one line
   plan.py      rules across keys, the machine's limits, the device/backend choice (before any rank starts)
   own_class.py callback=own: a checkpoint class of your own, checked before any rank starts

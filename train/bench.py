@@ -1,6 +1,6 @@
 """Benchmark: time to verdict, each figure beside its goal (issue 9), recorded to a file.
 
-  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier,hang,frameworks,matrix]
+  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier,hang,frameworks,nodes,matrix]
   (make bench)
 
 - single: `python -m train` (unsynced, skew, 3 ranks; a cold process) and the plain script
@@ -18,6 +18,12 @@
   rank 0 in the barrier and rank 1 at the end, train/hang.py) to the run's end (launch_end); the median.
 - frameworks: for Lightning, the Trainer and Accelerate, a cold `python -m train framework=<name>
   callback=as_shipped` (2 ranks) against bench/plain_<name>.py under torchrun, alternately, --repeats times.
+- nodes: a sweep (JOBS=1) alternating a one-node cell (scenario=seed) and the two-node cell (scenario=no_shared_fs:
+  two torch elastic agents on this host, each node's disk its own tmpfs), fastai, callback=broadcast, 2 ranks, at
+  one skew, --repeats + 1 of each: per job, launch_start to its summary.json; the median two-node job minus the
+  median warm one-node job (the first job, which waits for the forkserver's preload, left out), and where the
+  two-node job's time goes (its node agents' launch_start, the first rank_start, the last rank_end, the agents'
+  launch_end), the median of each.
 - matrix: a subset of the matrix (--matrix-scenarios x --matrix-fixes, one repeat) as `make matrix` runs it,
   at the default JOBS (one job per core, side by side) and at JOBS=1 (one after another, the floor of
   what side by side saves): each wall, the jobs' verdicts, and the load of the machine around them.
@@ -54,6 +60,8 @@ GOALS = {
     "sweep_overhead_per_job_s": (1.5, "<=", "s", "sweep wall / jobs - skew"),
     "barrier_cost_s": (0.1, "<=", "s", "barrier job wall - unsynced job wall at equal skew (medians)"),
     "hang_to_end_s": (2.0, "<=", "s", "a hang certain (a peer went past the barrier) to the run's end, disagree x barrier (median)"),
+    "two_node_above_one_node_s": (2.0, "<=", "s", "two-node cell (no_shared_fs, own disks) - one-node cell (seed), same "
+                                                  "skew, warm jobs of one sweep, launch_start to summary (medians)"),
     "launcher_imports_fastai": (False, "==", "", "the launcher imports fastai"),
     "launcher_imports_a_framework": (False, "==", "", "the launcher imports fastai, Lightning, transformers or "
                                                       "Accelerate"),
@@ -70,6 +78,8 @@ INFO = {
     "ranks_start_s": "cold run: launch_start to the first rank_start (median)",
     "sweep_wall_s": "sweep wall",
     "launcher_peak_rss_mib": "launcher peak resident memory (max over cold runs)",
+    "one_node_job_s": "nodes: one-node job (seed), launch_start to summary (median of warm jobs)",
+    "two_node_job_s": "nodes: two-node job (no_shared_fs), launch_start to summary (median)",
     "matrix_wall_s": "matrix subset wall, side by side at the default JOBS (one per core)",
     "matrix_wall_jobs1_s": "matrix subset wall, JOBS=1 (one job after another)",
 }
@@ -92,6 +102,49 @@ def matrix_run(sweep_dir: Path, jobs: int, scenarios: str, fixes: str) -> dict:
         verdicts[job["verdict"]] = verdicts.get(job["verdict"], 0) + 1
     return {**run, "jobs_side_by_side": jobs, "verdicts": verdicts, "load_before": round(load, 2),
             "load_after": round(os.getloadavg()[0], 2)}
+
+
+NODE_POINTS = (("agents_started", "launch_start", "launcher", min), ("ranks_started", "rank_start", None, min),
+               ("ranks_ended", "rank_end", None, max), ("agents_ended", "launch_end", "launcher", max))
+
+
+def job_wall(job: Path):
+    """A job's seconds from its launcher's launch_start to its summary.json (the merge included)."""
+    first = first_events(job) if (job / "events").exists() else {}
+    start = first.get(("launcher", "launch_start"))
+    return round((job / "summary.json").stat().st_mtime - start, 3) if start and (job / "summary.json").exists() \
+        else None
+
+
+def node_phases(job: Path) -> dict:
+    """Where a two-node job's time goes, each point in seconds from the job's launch_start: the node agents
+    started (their first launch_start), the first rank started, the last rank ended, the agents ended."""
+    start = first_events(job).get(("launcher", "launch_start"))
+    events = [e for d in sorted((job / "nodes").glob("node*")) for e in read_events(d)]
+    phases = {}
+    for name, event, rank, pick in NODE_POINTS:
+        times = [e["t"] for e in events if e["event"] == event and (rank is None or e["rank"] == rank)]
+        phases[name] = round(pick(times) - start, 3) if times and start else None
+    return phases
+
+
+def nodes_run(sweep_dir: Path, repeats: int, skew: float) -> dict:
+    """One sweep, one job after another, alternating the one-node and the two-node cell at the same skew."""
+    load = os.getloadavg()[0]
+    run = sweep(sweep_dir, f"repeat=range({repeats + 1})", "scenario=seed,no_shared_fs", "framework=fastai",
+                "callback=broadcast", "world_size=2", f"skew.seconds={skew}")
+    one, two, phases = [], [], []
+    for i, job in enumerate(run["jobs"]):
+        path = sweep_dir / job["job"]
+        job["wall_s"] = job_wall(path)
+        if "no_shared_fs" in job["job"]:
+            two.append(job["wall_s"])
+            phases.append(node_phases(path))
+        elif i > 0:  # the first job waits for the forkserver's preload
+            one.append(job["wall_s"])
+    return {**run, "one_node_job_s": median(one), "two_node_job_s": median(two),
+            "two_node_phases_s": {name: median(p[name] for p in phases) for name, *_ in NODE_POINTS},
+            "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
 
 
 def sample_rss(proc) -> int:
@@ -247,7 +300,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="single runs, plain runs, and barrier/unsynced jobs")
     parser.add_argument("--jobs", type=int, default=10, help="jobs in the sweep")
     parser.add_argument("--skew", type=float, default=3.0)
-    parser.add_argument("--only", default="single,sweep,barrier,hang,frameworks,matrix", help="which parts to run")
+    parser.add_argument("--only", default="single,sweep,barrier,hang,frameworks,nodes,matrix", help="which parts to run")
     parser.add_argument("--matrix-scenarios", default=MATRIX_SCENARIOS, help="the matrix subset's scenarios")
     parser.add_argument("--matrix-fixes", default=MATRIX_FIXES, help="the matrix subset's fixes")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the single runs")
@@ -316,6 +369,15 @@ def main(argv=None):
         for name in FRAMEWORKS:
             record[f"{name}_runs"] = runs = framework_runs(out_dir, name, args.repeats)
             figures[f"{name}_single_vs_plain_ratio"] = runs["ratio"]
+
+    if "nodes" in parts:
+        run = nodes_run(out_dir / "nodes", args.repeats, 0.0)
+        record["nodes"] = run
+        figures["one_node_job_s"], figures["two_node_job_s"] = run["one_node_job_s"], run["two_node_job_s"]
+        if run["one_node_job_s"] is not None and run["two_node_job_s"] is not None:
+            figures["two_node_above_one_node_s"] = round(run["two_node_job_s"] - run["one_node_job_s"], 3)
+        print(f"  nodes: one-node job {run['one_node_job_s']} s, two-node job {run['two_node_job_s']} s "
+              f"(phases {run['two_node_phases_s']}; load {run['load_before']} -> {run['load_after']})", flush=True)
 
     if "matrix" in parts:  # JOBS=1 first: the side-by-side run then does not meet a cold page cache alone
         floor = matrix_run(out_dir / "matrix-jobs1", 1, args.matrix_scenarios, args.matrix_fixes)

@@ -162,7 +162,8 @@ class TrainConfig:
                       choices=["auto", "cpu", "cuda"])
     backend: str = key("auto", "auto: nccl on cuda, gloo on cpu", choices=["auto", "gloo", "nccl"])
     not_for: Dict[str, str] = key({}, "fixes (or frameworks) a scenario does not apply to, and fixes a framework "
-                                      "has no seam for, each with the reason (set by scenarios and frameworks)")
+                                      "has no seam for, each with the reason (set by scenarios and frameworks); "
+                                      "<workload>/<fix> for one workload only")
     skew: SkewConfig = group(SkewConfig, "who is late at the last save, and how")
     fault: FaultConfig = group(FaultConfig, "faults placed on purpose at named points (train/faults.py)")
     checkpoint: CheckpointConfig = group(CheckpointConfig, "the file under test")

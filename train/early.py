@@ -3,9 +3,9 @@ imports fastai, Lightning, transformers or Accelerate) before the launcher
 imports torch and Hydra composes the config, so the two start-ups overlap instead of adding up.
 
 Only the command line is known this early, so this reads it, and the chosen scenario's file, for
-anything that rules the forkserver out: another start method, every node's agent on this host
-(they start their own launchers), another Hydra launcher (jobs run elsewhere), or a flag that only
-prints (--help, --cfg, ...). When it cannot tell, the default config decides: forkserver, one node.
+anything that rules the forkserver out: another start method, another Hydra launcher (jobs run
+elsewhere), or a flag that only prints (--help, --cfg, ...). Every node's agent on this host
+(launch.all_nodes_here) forks from it too (train/nodes.py), so that form wants it as well. When it cannot tell, the default config decides: forkserver, one node.
 The forkserver is ended at exit, used or not (a config error, a sweep of n/a jobs).
 This module imports nothing heavy: the launcher never imports fastai.
 """
@@ -28,15 +28,13 @@ def forkserver_wanted(argv) -> bool:
         key, _, value = arg.lstrip("+~").partition("=")
         if key == "launch.start_method" and value != "forkserver":
             return False
-        if key == "launch.all_nodes_here" and value.lower() != "false":
-            return False
         if key in ("hydra/launcher", "hydra.launcher") or key.startswith("hydra.launcher."):
             return False
         if key == "scenario":
             for name in value.split(","):
                 path = CONFIGS / "scenario" / f"{name.strip()}.yaml"
                 text = path.read_text() if path.is_file() else ""
-                if "all_nodes_here" in text or "start_method" in text:
+                if "start_method" in text:
                     return False
     return True
 
@@ -60,22 +58,46 @@ def adapters_named(argv) -> list:
     return adapters
 
 
-def preload_list(adapters) -> list:
-    """What the forkserver imports: the framework-free rank code, then each adapter (its framework)."""
-    return ["train.preload", *adapters]
+def nodes_here_named(argv) -> bool:
+    """Whether the command line may run every node's agent on this host (launch.all_nodes_here, or a scenario
+    that sets it): those agents fork from the forkserver too, and run the launcher's own code."""
+    for arg in argv:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if key == "launch.all_nodes_here" and value.lower() != "false":
+            return True
+        if key == "scenario":
+            for name in value.split(","):
+                path = CONFIGS / "scenario" / f"{name.strip()}.yaml"
+                if path.is_file() and "all_nodes_here" in path.read_text():
+                    return True
+    return False
+
+
+def preload_list(adapters, nodes_here: bool = False) -> list:
+    """What the forkserver imports: the framework-free rank code, then each adapter (its framework);
+    with nodes_here also the launcher's code (Hydra's part of it) that a node agent runs."""
+    return ["train.preload", *adapters, *(["train.launch"] if nodes_here else [])]
 
 
 def start_forkserver(argv) -> bool:
     """Start the forkserver now when the command line allows it; True when started."""
     if not forkserver_wanted(argv):
         return False
-    import multiprocessing
     from multiprocessing import forkserver
 
-    multiprocessing.set_forkserver_preload(preload_list(adapters_named(argv)))  # as launch.py sets it
+    ensure_forkserver(adapters_named(argv), nodes_here_named(argv))
     forkserver.ensure_running()  # returns at once; the server imports in its own process
-    atexit.register(stop_forkserver)  # launch.py registers it again, once, after its own start-up
     return True
+
+
+def ensure_forkserver(adapters, nodes_here: bool = False):
+    """The forkserver that ranks (and the node agents of launch.all_nodes_here) fork from preloads these
+    adapters, unless it runs already; it is stopped at exit, once however many jobs a sweep runs."""
+    import multiprocessing
+
+    multiprocessing.set_forkserver_preload(preload_list(adapters, nodes_here))  # no effect on one running already
+    atexit.unregister(stop_forkserver)
+    atexit.register(stop_forkserver)
 
 
 def stop_forkserver():

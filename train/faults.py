@@ -23,6 +23,8 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from train.torch_private import default_store
+
 
 class Faults:
     def __init__(self, cfg: dict, events, say):
@@ -106,7 +108,7 @@ class Faults:
         """A rotation's listing of the old checkpoints it is about to delete. With fault.delete_race, every rank
         but 0 says so on the rendezvous store (each attempt has its own keys, train/worker.py)."""
         if self.fault["delete_race"] and self.rank != 0:
-            store = dist.distributed_c10d._get_default_store()
+            store = default_store()
             for path in paths:
                 store.set(f"race-lab/listed/{os.path.basename(path)}", "1")
 
@@ -117,7 +119,7 @@ class Faults:
             return
         if self.rank == 0:
             try:
-                dist.distributed_c10d._get_default_store().wait([f"race-lab/listed/{os.path.basename(path)}"],
+                default_store().wait([f"race-lab/listed/{os.path.basename(path)}"],
                                                                  timedelta(seconds=timeout_s))
             except (RuntimeError, dist.DistError):  # no peer listed it in time: delete anyway
                 pass
@@ -165,7 +167,7 @@ def describe(cfg: dict) -> str:
         parts.append("every improvement before the last epoch is saved too, so an older checkpoint is there to read")
     if ckpt["keep_existing"]:
         parts.append("a checkpoint left in checkpoint.dir by an earlier run is kept")
-    if fault["best_epoch"] is not None:
+    if fault["best_epoch"] is not None and cfg["workload"] == "load_best":  # a resume keeps no best
         best = "the last epoch" if fault["best_epoch"] == -1 else f"epoch {fault['best_epoch']}"
         parts.append(f"the monitored metric is shaped so {best} is the best")
     if ckpt["guard"] != "none":

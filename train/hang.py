@@ -29,6 +29,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from train.frameworks.common import say
+from train.torch_private import default_store
 
 COLLECTIVES = ("barrier", "broadcast", "agree")  # watched waits that every rank must enter (train/fixes.py)
 POLL_S = 0.1  # how often a watcher reads its peers' places
@@ -43,7 +44,7 @@ _counted = False  # whether this rank has counted itself in at the end
 
 def store():
     """torch.distributed's default store, or None before the process group exists."""
-    return dist.distributed_c10d._get_default_store() if dist.is_initialized() else None
+    return default_store() if dist.is_initialized() else None
 
 
 def where_key(rank: int) -> str:

@@ -3,11 +3,9 @@
 
 It never imports a framework (fastai, Lightning, ...); each rank does, in its own process (train/worker.py).
 """
-import atexit
 import contextlib
 import errno
 import logging
-import multiprocessing
 import os
 import re
 import shutil
@@ -34,14 +32,16 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from train.config import ConfigError
 from train.faults import describe as describe_faults
-from train.early import preload_list, stop_forkserver
+from train.early import ensure_forkserver
 from train import nodes, sweep
+from train.nodes import merged_here, rank_start_method  # launch() has a local `nodes`
 from train.events import LAUNCHER, EventLog, read_events
 from train.outcomes import judge, worst_status
 from train.own_class import check_own_class
 from train.plan import make_plan, not_applicable, this_machine
 from train.rank import rank_main
 from train.summary import environment, format_table, write_json_atomic
+from train.torch_private import exit_barrier_within, name_rendezvous_events_cheaply, pace_rendezvous
 
 EXIT_EXPECT_MISMATCH, EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED = 1, 2, 3, 130
 SHUTDOWN_S = 1  # a rank the agent stops gets this long before SIGKILL (each leaves at once: train/rank.py)
@@ -125,38 +125,6 @@ def relative(path, run_dir: Path) -> str:
         return str(path)
 
 
-def stagger_first_rendezvous(nodes: int):
-    """c10d's rendezvous waits a random 0-0.3 s before its first round, to spread many nodes' joins
-    over time. One node has nobody to stagger against, so with nnodes=1 that wait is skipped; its
-    other waits are left as they are. (Were the private _delay gone, only the saving would be lost.)"""
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rendezvous
-
-    original = getattr(rendezvous, "_race_lab_original_delay", rendezvous._delay)
-
-    def no_random_stagger(seconds):
-        if not isinstance(seconds, tuple):  # a (low, high) range is the first round's stagger
-            original(seconds)
-
-    rendezvous._race_lab_original_delay = original
-    rendezvous._delay = original if nodes > 1 else no_random_stagger
-
-
-def exit_barrier_within(seconds: float):
-    """After its ranks end, a torch elastic agent waits up to 300 s for every other node's agent (its exit
-    barrier); a node whose launcher was stopped never comes. LaunchConfig has no key for that wait, so
-    it is set on the agent here. (Were the private method gone, only the shorter wait would be lost.)"""
-    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
-
-    original = getattr(SimpleElasticAgent, "_race_lab_original_exit_barrier", SimpleElasticAgent._exit_barrier)
-
-    def _exit_barrier(agent):
-        agent._exit_barrier_timeout = seconds
-        return original(agent)
-
-    SimpleElasticAgent._race_lab_original_exit_barrier = original
-    SimpleElasticAgent._exit_barrier = _exit_barrier
-
-
 AGENT_LOG = "agent.log"  # torch elastic's own log lines, in the run dir's logs/
 
 
@@ -212,7 +180,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         min_nodes=nodes, max_nodes=nodes, nproc_per_node=cfg["world_size"] // nodes, run_id=cfg["rdzv"]["id"],
         rdzv_backend="c10d", rdzv_endpoint=cfg["rdzv"]["endpoint"],
         rdzv_configs={"join_timeout": cfg["timeout"]["collective_s"], "read_timeout": cfg["timeout"]["collective_s"]},
-        max_restarts=cfg["launch"]["max_restarts"], monitor_interval=0.02, start_method=cfg["launch"]["start_method"],
+        max_restarts=cfg["launch"]["max_restarts"], monitor_interval=0.02, start_method=rank_start_method(cfg),
         shutdown_timeout=SHUTDOWN_S,
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL,
                                     tee=Std.ALL if echo else Std.NONE),
@@ -220,13 +188,14 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
     )
     if launch_cfg.start_method == "forkserver":
         # ranks fork from a server that has imported the framework once; later jobs of a sweep start in a
-        # blink. train/early.py may have started it already, with every framework the command line names
-        multiprocessing.set_forkserver_preload(preload_list([cfg["framework"]["adapter"]]))
-        atexit.unregister(stop_forkserver)  # once per process, however many jobs a sweep runs
-        atexit.register(stop_forkserver)
+        # blink. train/early.py may have started it already, with every framework the command line names.
+        # Started here (a side-by-side job's worker), it preloads the node agents' code too: a later
+        # two-node job of the worker forks them from it (train/nodes.py)
+        ensure_forkserver([cfg["framework"]["adapter"]], nodes_here=True)
     taken = port_in_use(cfg["rdzv"]["endpoint"]) if nodes == 1 else None  # other nodes' agents use it too
     exit_barrier_within(cfg["timeout"]["collective_s"])
-    stagger_first_rendezvous(nodes)
+    pace_rendezvous(nodes, nodes > 1 and merged_here())
+    name_rendezvous_events_cheaply()
     if taken:
         events.record("launch_error", error_type="OSError", message=taken)
         print(f"error: {taken}", file=sys.stderr, flush=True)
@@ -298,7 +267,7 @@ def run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: b
 def _run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: bool) -> dict:
     nodes_here = cfg["nnodes"] > 1 and cfg["launch"]["all_nodes_here"]
     one_node_of_many = nodes.one_of_many(cfg)
-    if not nodes.merged_here():  # the node launchers of launch.all_nodes_here leave the header to theirs
+    if not nodes.merged_here():  # the node agents of launch.all_nodes_here leave the header to the run's
         print(header(cfg, plan, run_dir, nodes_here, one_node_of_many), flush=True)
     events = EventLog(run_dir, LAUNCHER, name=f"launcher-node{cfg['node_rank']}" if one_node_of_many else None)
     start = dict(world_size=cfg["world_size"], device=plan.device, backend=plan.backend, node_rank=cfg["node_rank"],
@@ -306,7 +275,7 @@ def _run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: 
     if nodes_here:
         events.record("launch_start", **start)
         disk = nodes.node_disk_form(cfg)
-        dirs = nodes.run_nodes_here(cfg, run_dir, task_overrides, events, disk)
+        dirs = nodes.run_nodes_here(cfg, asdict(plan), run_dir, events, disk, echo)
         events.record("launch_end", status=worst_status(nodes.read_node(d)["status"] for d in dirs))
         events.close()
         summary = nodes.merge(dirs, run_dir, asdict(plan))

@@ -95,6 +95,13 @@ def fixes_shown(cells: list) -> list:
     return _order({c["fix"] for c in cells if c["verdict"] != "n/a"} or {c["fix"] for c in cells}, FIX_ORDER)
 
 
+def scenarios_shown(cells: list) -> list:
+    """The scenarios with a cell that ran: a row that is n/a all the way across (a resume scenario in fastai's
+    grid, say) is left out; its reasons stay in matrix.csv."""
+    return _order({c["scenario"] for c in cells if c["verdict"] != "n/a"} or {c["scenario"] for c in cells},
+                  SCENARIO_ORDER)
+
+
 def label(c: dict) -> str:
     """The cell's text, a line per fact: `race 5/5 (57–100%)` (the dominant verdict's count over the
     counted runs, with its 95% interval), the race count when another verdict dominates, the
@@ -127,7 +134,7 @@ def markdown(cells: list, references: dict) -> str:
         return "\n\n".join(f"### {name}\n\n" + markdown([c for c in cells if c.get("framework", "fastai") == name],
                                                           references) for name in names)
     fixes = fixes_shown(cells)
-    scenarios = _order({c["scenario"] for c in cells}, SCENARIO_ORDER)
+    scenarios = scenarios_shown(cells)
     by = {(c["scenario"], c["fix"]): c for c in cells}
     lines = ["| scenario (reproduces) | " + " | ".join(fixes) + " |", "| --- |" + " --- |" * len(fixes)]
     for s in scenarios:
@@ -147,7 +154,7 @@ def matrix_figure(cells: list):
     fixes = fixes_shown(cells)
     several = len(frameworks(cells)) > 1
     rows = [(f, s) for f in frameworks(cells)
-            for s in _order({c["scenario"] for c in cells if c.get("framework", "fastai") == f}, SCENARIO_ORDER)]
+            for s in scenarios_shown([c for c in cells if c.get("framework", "fastai") == f])]
     by = {(c.get("framework", "fastai"), c["scenario"], c["fix"]): c for c in cells}
     fig = figures.figure(1.5 + 1.75 * len(fixes), 1)  # its height is set below, once the title is wrapped
     ax = fig.subplots()
@@ -182,12 +189,15 @@ def plot(cells: list, path: Path):
 
 
 def scenario_references(configs: Path) -> dict:
-    """Each scenario file's public report(s), from its opening comment: 'repo#number' mentions."""
+    """Each scenario file's public report(s), from its opening comment (the lines after `# @package _global_`,
+    up to the first that is not a comment): 'repo#number' mentions."""
+    import itertools
     import re
 
     refs = {}
     for f in sorted(configs.glob("scenario/*.yaml")):
-        comment = " ".join(line.lstrip("# ") for line in f.read_text().splitlines()[1:4] if line.startswith("#"))
+        opening = itertools.takewhile(lambda line: line.startswith("#"), f.read_text().splitlines()[1:])
+        comment = " ".join(line.lstrip("# ") for line in opening)
         found = re.findall(r"[\w.-]+#\d+", comment)
         refs[f.stem] = ", ".join(dict.fromkeys(found))
     return refs

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from urllib.parse import quote
 
-from train.matrix import COLOURS, EXPLAINED, SCENARIO_ORDER, TITLE, _order, fixes_shown, frameworks, label
+from train.matrix import COLOURS, EXPLAINED, TITLE, fixes_shown, frameworks, label, scenarios_shown
 
 NO_SUMMARY = "no summary.json: the job died before it recorded a verdict"
 
@@ -41,7 +41,7 @@ def page_data(cells: list, runs: list, references: dict) -> dict:
     grids = []
     for framework in frameworks(cells):
         mine = [c for c in cells if c.get("framework", "fastai") == framework]
-        grids.append({"framework": framework, "scenarios": _order({c["scenario"] for c in mine}, SCENARIO_ORDER),
+        grids.append({"framework": framework, "scenarios": scenarios_shown(mine),
                       "fixes": fixes_shown(mine), "references": references,
                       "cells": [{**c, "label": label(c).split("\n"),
                                  "runs": [r for r in runs if (r.get("framework", "fastai"), r["scenario"], r["fix"]) ==

@@ -86,9 +86,11 @@ WORKLOAD_WORDS = {"load_best": "the load of the best at the end (workload=load_b
 
 def not_applicable(cfg: dict):
     """Why this scenario x fix x framework makes no sense (its cell is n/a, not run), or None: the scenario's or
-    the framework's not_for names the fix or the framework, or the fix is not for the run's workload."""
+    the framework's not_for names the fix for this workload (`resume/atomic`) or for any, or the framework, or
+    the fix is not for the run's workload."""
     fix, framework, workload = cfg["callback"]["name"], cfg["framework"]["name"], cfg["workload"]
-    reason = cfg["not_for"].get(fix) or cfg["not_for"].get(framework)
+    not_for = cfg["not_for"]
+    reason = not_for.get(f"{workload}/{fix}") or not_for.get(fix) or not_for.get(framework)
     if reason or workload in cfg["callback"]["workloads"]:
         return reason
     words = [WORKLOAD_WORDS.get(w, f"workload={w}") for w in cfg["callback"]["workloads"]] or ["no workload"]

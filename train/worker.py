@@ -18,6 +18,7 @@ from train.events import EventLog, attempt
 from train.faults import Faults
 from train.frameworks import entry
 from train.frameworks.common import Rank, node_disk, say
+from train.torch_private import default_store
 
 
 def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
@@ -65,7 +66,7 @@ def wait_for_every_rank(world_size: int, timeout_s: float):
     the last rank to count in sets a key that the others wait for. Its place ("end", then "done") is
     published there too: a peer that waits in a sync this rank never entered sees at once that it
     cannot end, counts itself in and ends (train/hang.py)."""
-    store = dist.distributed_c10d._get_default_store()
+    store = default_store()
     try:
         hang.publish("end")
         hang.count_in(store, world_size)

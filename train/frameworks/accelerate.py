@@ -1,6 +1,7 @@
-"""accelerate 1.15: the user's loop with `Accelerator.save_state(<checkpoint_dir>/best)` on every rank whenever the
-validation accuracy is a new best (as the docs show), and `Accelerator.load_state` of that folder on every rank
-after the last epoch. save_state writes model.safetensors (safetensors) on the main process only, and neither it
+"""accelerate 1.15, workload=load_best (workload=resume, save_state() every epoch and load_state() at the start of
+every attempt, is train/frameworks/accelerate_resume.py's, called by fit_and_resume below): the user's loop with
+`Accelerator.save_state(<checkpoint_dir>/best)` on every rank whenever the validation accuracy is a new best (as
+the docs show), and `Accelerator.load_state` of that folder on every rank after the last epoch. save_state writes model.safetensors (safetensors) on the main process only, and neither it
 nor load_state waits for that write: the user is to call `accelerator.wait_for_everyone()` between them (the
 docs' "Executing and deferring jobs" guide; their checkpointing example has no such line). callback=as_shipped is
 the loop without it (docs/findings/accelerate.md).
@@ -39,6 +40,7 @@ from safetensors.torch import save as safetensors_bytes
 from torch.utils.data import DataLoader, TensorDataset
 
 from train.fixes import SyncFailed, agree, atomic_write, broadcast_read, wait_for_file, watched
+from train.frameworks.accelerate_resume import AccelerateResume
 from train.frameworks.common import (Rank, checkpoint_dir, digits_split, error_fields, last_epoch, local_rank, say,
                                      small_cnn, weights_digest)
 
@@ -47,6 +49,11 @@ FIXES = ("as_shipped", "wait_for_everyone", "save_on_each_node", "agreed", "broa
 
 def fit_and_load(rank: Rank):
     AccelerateRun(rank).fit_and_load()
+
+
+def fit_and_resume(rank: Rank):
+    """workload=resume: save_state() every epoch, load_state() at the start of every attempt (accelerate_resume.py)."""
+    AccelerateResume(rank).run()
 
 
 def write_fault_placed(faults) -> bool:

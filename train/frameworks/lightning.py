@@ -67,17 +67,26 @@ class FaultyFileOpener(LocalFileOpener):
     """fsspec's local file, whose write passes the bytes through train/faults.py's write point."""
 
     def write(self, data):
-        faults, last = self.fs.write_fault
-        faults.write(self.f, bytes(data), last)  # self.f: the real file (fsspec's temporary one in a transaction)
+        # read on the class (a function there is no method); self.f: the real file (fsspec's temporary one)
+        FaultyFileSystem.write_fault(self.f, bytes(data))
         return len(data)
 
 
 class FaultyFileSystem(LocalFileSystem):
     """fsspec's local filesystem; while a checkpoint is being saved (write_fault set), files opened for writing
-    go through train/faults.py. Registered for "file" and "local" in the rank's process, so Lightning's own
-    writer (_atomic_save's fsspec transaction) runs unchanged on top of it. If this goes, scenario=torn and
-    save_fails have no place in Lightning's writer: the stall and the OSError would not happen."""
-    write_fault = None  # (faults, last) while RaceCheckpointIO saves, else None
+    go through train/faults.py, and while a resume looks for the last checkpoint (listing set), so does the
+    folder's listing (train/frameworks/lightning_resume.py). Registered for "file" and "local" in the rank's
+    process, so Lightning's own writer (_atomic_save's fsspec transaction) and its search for last*.ckpt run
+    unchanged on top of it. If this goes, scenario=torn, save_fails, crash_mid_save and resume_disagree have no
+    place in Lightning's code: the stall, the OSError, the kill and the stale listing would not happen."""
+    write_fault = None  # while a checkpoint is saved: write(f, data), a point of train/faults.py; else None
+    listing = None  # while a resume looks for Lightning's last checkpoint: see(folder, paths) -> the paths it sees
+
+    def ls(self, path, detail=True, **kwargs):  # fsspec's public listing: ModelCheckpoint finds last*.ckpt with it
+        found = super().ls(path, detail=detail, **kwargs)
+        if FaultyFileSystem.listing is None or detail:  # read on the class: a function there is no method
+            return found
+        return FaultyFileSystem.listing(self._strip_protocol(path), found)
 
     def _open(self, path, mode="rb", block_size=None, **kwargs):  # fsspec's override point for an implementation
         if self.write_fault is None or "w" not in mode:
@@ -112,7 +121,8 @@ class RaceCheckpointIO(TorchCheckpointIO):
         """Rank 0 only (DDPStrategy.save_checkpoint), before Trainer.save_checkpoint's barrier."""
         epoch = checkpoint["epoch"]
         self.events.record("save_start", epoch=epoch, path=str(path))
-        FaultyFileSystem.write_fault = (self.faults, epoch == last_epoch(self.rank.cfg))
+        last = epoch == last_epoch(self.rank.cfg)
+        FaultyFileSystem.write_fault = lambda f, data: self.faults.write(f, data, last)
         try:
             super().save_checkpoint(checkpoint, path, storage_options)
         except OSError as e:
@@ -341,3 +351,11 @@ def guard_allows(events, guard: str, path: str) -> bool:
     events.record("skip", reason=f"no checkpoint file when it looked (checkpoint.guard={guard})")
     say("No checkpoint file: not loading.")
     return False
+
+
+def fit_and_resume(rank: Rank):
+    """workload=resume: Lightning's own resume, fit(ckpt_path="last") at the start of every attempt
+    (train/frameworks/lightning_resume.py)."""
+    from train.frameworks.lightning_resume import LightningResume  # it builds on this module's seams
+
+    LightningResume(rank).run()

@@ -315,3 +315,11 @@ def remove_contents(folder: str):
     for name in os.listdir(folder):
         path = os.path.join(folder, name)
         shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+
+
+def fit_and_resume(rank: Rank):
+    """The Trainer's own resume after a crash (workload=resume): train/frameworks/transformers_resume.py, a sibling
+    module that imports this one (so it is imported here, not at the top)."""
+    from train.frameworks.transformers_resume import TrainerResume
+
+    TrainerResume(rank).run()
