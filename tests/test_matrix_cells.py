@@ -303,3 +303,15 @@ def test_a_group_names_its_fix_with_its_framework_where_that_is_not_fastai():
     groups = aggregate([row("clean", variant="barrier"), {**row("race", variant="as_shipped"), "framework": "lightning"},
                         {**row("clean", variant="barrier"), "framework": "fastai"}])
     assert sorted((g["variant"], g["runs"]) for g in groups) == [("barrier", 2), ("lightning:as_shipped", 1)]
+
+
+def test_a_scenario_that_is_n_a_all_the_way_across_is_left_out_unless_every_one_is():
+    from train.matrix import scenarios_shown
+
+    cells = build([row("race", scenario="torn", variant="barrier", missing=1),
+                   row("n/a", scenario="crash_mid_save", variant="barrier", note="a resume scenario"),
+                   row("n/a", scenario="crash_mid_save", variant="atomic", note="a resume scenario"),
+                   row("n/a", scenario="torn", variant="atomic", note="no seam")])
+    assert scenarios_shown(cells) == ["torn"]
+    all_na = [c for c in cells if c["verdict"] == "n/a"]
+    assert scenarios_shown(all_na) == ["torn", "crash_mid_save"]  # all n/a: every row, each saying why
