@@ -96,7 +96,7 @@ def preflight_line(overrides, run_dir: Path):
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from train.config import ConfigError
+    from train.config import ConfigError, check
     from train.errors import config_error_line
     from train.launch import preflight, resolved
     from train.plan import Machine, not_applicable
@@ -115,6 +115,7 @@ def preflight_line(overrides, run_dir: Path):
             del cfg["hydra"]
         try:
             plain = resolved(cfg)
+            check(plain)  # as the launcher: a bad value is refused before a cell can be n/a
             if not_applicable(plain):
                 return "n/a"
             preflight(plain, Machine(cpus=2, gpus=0, memory_mib=16000, open_files=1024), reach_data=False)

@@ -745,7 +745,7 @@ def test_an_interrupted_resume_run_gives_no_verdict():
     events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
     v = judge(_resume_run(*events, status="interrupted"), 2).as_dict()
     assert (v["verdict"], v["resume"]["run"]) == ("interrupted", "interrupted")
-    assert v["explanation"] == "interrupted: interrupted"
+    assert v["explanation"] == "interrupted: stopped before it ended"
 
 
 def test_a_failed_read_always_says_something():
@@ -866,7 +866,7 @@ def test_a_delete_of_a_file_a_peer_deleted_first_ends_the_run_and_is_named():
                                          "message": gone})]
     v = judge(_resume_run(*events, status="failed"), 2)
     assert v.explanation == (
-        f"race: ran out of restarts after 1 attempts (attempt 0 died on epoch0.pt: rank 1 deleting it: "
+        f"race: ran out of restarts after 1 attempt (attempt 0 died on epoch0.pt: rank 1 deleting it: "
         f"FileNotFoundError: {gone}); rank 0 aborted (stopped by torch elastic when a peer failed); rank 1 missing "
         f"(deleting m/epoch0.pt: FileNotFoundError: {gone})")
     assert v.resume["attempts"] == [{"attempt": 0, "ended": "died", "rank": 1, "file": "m/epoch0.pt",
@@ -903,17 +903,17 @@ def test_an_attempt_that_died_in_training_or_in_a_sync_names_no_file_and_the_epo
                (2.5, 0, "train_error", {"attempt": 0, "epoch": 1, "error_type": "RuntimeError", "message": "boom"})]
     v = judge(_resume_run(*events, status="failed"), 2)
     assert v.resume["attempts"] == [{"attempt": 0, "ended": "died", "rank": 1, "file": None,
-                                     "what": "rank 1 in epoch ?: DistBackendError: Timed out waiting 8000ms",
-                                     "error_type": "DistBackendError"}]  # a sync's error names no epoch
-    assert v.explanation.startswith("race: ran out of restarts after 1 attempts (attempt 0 died on no file: rank 1 "
-                                    "in epoch ?: DistBackendError: Timed out waiting 8000ms); ")
+                                     "what": "rank 1 in its barrier: DistBackendError: Timed out waiting 8000ms",
+                                     "error_type": "DistBackendError"}]  # a sync's error names the sync
+    assert v.explanation.startswith("race: ran out of restarts after 1 attempt (attempt 0 died on no file: rank 1 "
+                                    "in its barrier: DistBackendError: Timed out waiting 8000ms); ")
 
 
 def test_the_file_an_attempt_died_on_is_named_by_its_own_name_not_its_folders():
     events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
     events += [(3.0, 0, "crash", {"attempt": 0, "at": "mid_write", "epoch": 1, "path": "/tmp/run/models/epoch1.pt"})]
     v = judge(_resume_run(*events, status="failed"), 2)
-    assert v.explanation.startswith("race: ran out of restarts after 1 attempts (attempt 0 died on epoch1.pt: ")
+    assert v.explanation.startswith("race: ran out of restarts after 1 attempt (attempt 0 died on epoch1.pt: ")
     assert v.resume["attempts"][0]["file"] == "/tmp/run/models/epoch1.pt"
 
 
@@ -1021,3 +1021,4 @@ def test_a_run_that_ran_out_of_restarts_has_no_loaded_rank_even_one_that_reached
 def test_a_resume_run_whose_launch_failed_is_an_error_not_a_race():
     v = judge(_resume_run(*_restart(_attempt0_killed_mid_epoch1(), 1, 5.0), status="harness_error"), 2)
     assert (v.verdict, v.resume["run"]) == ("error", "error")
+    assert v.explanation == "error: the launch failed before a rank said why"

@@ -30,7 +30,7 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from train.config import ConfigError
+from train.config import ConfigError, check
 from train.faults import describe as describe_faults
 from train.early import ensure_forkserver
 from train import nodes, sweep
@@ -343,6 +343,10 @@ def run_job(dict_cfg) -> str:
         return refuse(e)
     scenario, fix, framework = hydra_cfg.runtime.choices.get("scenario"), cfg["callback"]["name"], \
         cfg["framework"]["name"]
+    try:
+        check(cfg)  # each key in its range first: a bad value is refused, never taken for an n/a cell
+    except ConfigError as e:
+        return refuse(e)
     reason = not_applicable(cfg)
     if reason:  # a combination that makes no sense: not run, and not a failure of a sweep
         which = f"scenario={scenario} callback={fix}" + (f" framework={framework}" if framework != "fastai" else "")

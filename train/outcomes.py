@@ -488,7 +488,8 @@ def attempt_end(events, n: int, finished: bool) -> dict:
     elif first["event"] == "rotate_error":
         what = f"rank {first['rank']} deleting it: {first['error_type']}: {short(first['message'])}"
     else:
-        what = f"rank {first['rank']} in epoch {first.get('epoch', '?')}: {first['error_type']}: {short(first['message'])}"
+        where = f"epoch {first['epoch']}" if "epoch" in first else f"its {first.get('how', 'sync')}"
+        what = f"rank {first['rank']} in {where}: {first['error_type']}: {short(first['message'])}"
     return {"attempt": n, "ended": "died", "rank": first["rank"], "file": first.get("path"), "what": what,
             "error_type": first.get("error_type")}
 
@@ -573,10 +574,13 @@ def resume_explain(verdict: str, record: dict, outcomes: list) -> str:
     deaths = "; ".join(f"attempt {a['attempt']} died on {file_name(a['file'])}: {a['what']}" for a in died)
     if verdict in ("error", "interrupted"):
         bad = [o for o in outcomes if o.outcome == "error"]
-        return f"{verdict}: " + ("; ".join(f"rank {o.rank} failed ({o.detail})" for o in bad) or record["run"])
+        ended = {"error": "the launch failed before a rank said why", "interrupted": "stopped before it ended"}
+        return f"{verdict}: " + ("; ".join(f"rank {o.rank} failed ({o.detail})" for o in bad)
+                                 or ended.get(record["run"], record["run"]))
     parts = []
     if record["run"] == "out_of_restarts":
-        parts.append(f"ran out of restarts after {len(record['attempts'])} attempts ({deaths})")
+        n = len(record["attempts"])
+        parts.append(f"ran out of restarts after {n} attempt{'s' if n > 1 else ''} ({deaths})")
     elif died:
         parts.append(f"torch elastic restarted it {record['restarts']} time{'s' if record['restarts'] > 1 else ''} "
                      f"({deaths})")
