@@ -909,6 +909,13 @@ def test_an_attempt_that_died_in_training_or_in_a_sync_names_no_file_and_the_epo
                                     "in its barrier: DistBackendError: Timed out waiting 8000ms); ")
 
 
+def test_an_attempt_that_died_in_training_at_no_known_epoch_says_training():
+    events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
+    events += [(2.0, 0, "train_error", {"attempt": 0, "error_type": "ValueError", "message": "no valid checkpoint"})]
+    v = judge(_resume_run(*events, status="failed"), 2)
+    assert v.resume["attempts"][0]["what"] == "rank 0 in training: ValueError: no valid checkpoint"
+
+
 def test_the_file_an_attempt_died_on_is_named_by_its_own_name_not_its_folders():
     events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
     events += [(3.0, 0, "crash", {"attempt": 0, "at": "mid_write", "epoch": 1, "path": "/tmp/run/models/epoch1.pt"})]
@@ -1016,6 +1023,7 @@ def test_a_run_that_ran_out_of_restarts_has_no_loaded_rank_even_one_that_reached
     v = judge(_resume_run(*_restart(_attempt0_killed_mid_epoch1(), 1, 5.0), status="failed"), 2)
     assert [(r.outcome, r.detail) for r in v.ranks] == [("aborted", "stopped by torch elastic when a peer failed")] * 2
     assert (v.verdict, v.resume["run"]) == ("race", "out_of_restarts")
+    assert v.explanation.startswith("race: ran out of restarts after 2 attempts (")
 
 
 def test_a_resume_run_whose_launch_failed_is_an_error_not_a_race():

@@ -82,6 +82,8 @@ INFO = {
     "two_node_job_s": "nodes: two-node job (no_shared_fs), launch_start to summary (median)",
     "matrix_wall_s": "matrix subset wall, side by side at the default JOBS (one per core)",
     "matrix_wall_jobs1_s": "matrix subset wall, JOBS=1 (one job after another)",
+    "matrix_floor_s": "matrix subset floor: every job's training with its stalls (rank 0's fit_start to train_end) "
+                      "over the cores, plus the start-up to the first rank_start",
 }
 MATRIX_SCENARIOS, MATRIX_FIXES = "seed,stale,torn,disagree", "unsynced,barrier,atomic,agreed"
 
@@ -94,14 +96,30 @@ def default_jobs() -> int:
 def matrix_run(sweep_dir: Path, jobs: int, scenarios: str, fixes: str) -> dict:
     """The matrix subset as `make matrix JOBS=jobs REPEATS=1` runs it: its wall and each job's verdict."""
     side_by_side = ["hydra/launcher=jobs", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else []
-    load = os.getloadavg()[0]
+    load, began = os.getloadavg()[0], time.time()
     run = sweep(sweep_dir, f"scenario={scenarios}", f"callback={fixes}", "framework=fastai", "world_size=2",
                 "repeat=range(1)", *side_by_side)
     verdicts = {}
     for job in run.pop("jobs"):
         verdicts[job["verdict"]] = verdicts.get(job["verdict"], 0) + 1
     return {**run, "jobs_side_by_side": jobs, "verdicts": verdicts, "load_before": round(load, 2),
-            "load_after": round(os.getloadavg()[0], 2)}
+            "load_after": round(os.getloadavg()[0], 2), "floor_s": matrix_floor(sweep_dir, began)}
+
+
+def matrix_floor(sweep_dir: Path, began: float):
+    """What no scheduling can beat: every job's training with its stalls (rank 0's fit_start to train_end: the
+    scenario's skew and mid-write stall fall inside it) spread over the cores, plus the start-up (the sweep's
+    start to its first rank_start). None when a job left no such events."""
+    busy, first_rank = 0.0, None
+    for job in (d for d in sweep_dir.iterdir() if (d / "summary.json").exists() and (d / "events").exists()):
+        first = first_events(job)
+        if (0, "fit_start") not in first or (0, "train_end") not in first:
+            return None
+        busy += first[(0, "train_end")] - first[(0, "fit_start")]
+        starts = [t for (rank, event), t in first.items() if event == "rank_start"]
+        first_rank = min([first_rank, *starts] if first_rank else starts)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return round(busy / cores + (first_rank - began), 3) if first_rank else None
 
 
 NODE_POINTS = (("agents_started", "launch_start", "launcher", min), ("ranks_started", "rank_start", None, min),
@@ -130,7 +148,7 @@ def node_phases(job: Path) -> dict:
 
 def nodes_run(sweep_dir: Path, repeats: int, skew: float) -> dict:
     """One sweep, one job after another, alternating the one-node and the two-node cell at the same skew."""
-    load = os.getloadavg()[0]
+    load, began = os.getloadavg()[0], time.time()
     run = sweep(sweep_dir, f"repeat=range({repeats + 1})", "scenario=seed,no_shared_fs", "framework=fastai",
                 "callback=broadcast", "world_size=2", f"skew.seconds={skew}")
     one, two, phases = [], [], []
@@ -386,8 +404,9 @@ def main(argv=None):
         record["matrix"] = {"scenarios": args.matrix_scenarios, "fixes": args.matrix_fixes, "jobs1": floor,
                             "default_jobs": side}
         figures["matrix_wall_jobs1_s"], figures["matrix_wall_s"] = floor["wall_s"], side["wall_s"]
+        figures["matrix_floor_s"] = side["floor_s"]
         print(f"  matrix subset: JOBS=1 {floor['wall_s']:6.2f} s {floor['verdicts']}   "
-              f"JOBS={jobs} {side['wall_s']:6.2f} s {side['verdicts']}", flush=True)
+              f"JOBS={jobs} {side['wall_s']:6.2f} s {side['verdicts']}   floor {side['floor_s']} s", flush=True)
 
     figures["launcher_imports_fastai"] = launcher_imports_fastai()
     figures["launcher_imports_a_framework"] = launcher_imports(FRAMEWORK_MODULES)

@@ -488,7 +488,8 @@ def attempt_end(events, n: int, finished: bool) -> dict:
     elif first["event"] == "rotate_error":
         what = f"rank {first['rank']} deleting it: {first['error_type']}: {short(first['message'])}"
     else:
-        where = f"epoch {first['epoch']}" if "epoch" in first else f"its {first.get('how', 'sync')}"
+        where = f"epoch {first['epoch']}" if "epoch" in first else f"its {first['how']}" if "how" in first \
+            else "training"
         what = f"rank {first['rank']} in {where}: {first['error_type']}: {short(first['message'])}"
     return {"attempt": n, "ended": "died", "rank": first["rank"], "file": first.get("path"), "what": what,
             "error_type": first.get("error_type")}
@@ -576,7 +577,7 @@ def resume_explain(verdict: str, record: dict, outcomes: list) -> str:
         bad = [o for o in outcomes if o.outcome == "error"]
         ended = {"error": "the launch failed before a rank said why", "interrupted": "stopped before it ended"}
         return f"{verdict}: " + ("; ".join(f"rank {o.rank} failed ({o.detail})" for o in bad)
-                                 or ended.get(record["run"], record["run"]))
+                                 or ended[record["run"]])  # no rank's error: the launch failed, or a stop
     parts = []
     if record["run"] == "out_of_restarts":
         n = len(record["attempts"])
