@@ -122,6 +122,13 @@ def sweep_command(sweep_dir: Path, *overrides) -> tuple:
     return [sys.executable, "-m", "train", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}"], sweep_dir
 
 
+def sweep_groups(root: Path, groups: dict, *common, deadline_s: float, env=None) -> dict:
+    """Each group (name -> its overrides) a `python -m train -m` sweep into root/<name>, after the common
+    overrides; every group started together and waited for (side_by_side). name -> Launch."""
+    return side_by_side(root, {name: sweep_command(root / name, *common, *argv) for name, argv in groups.items()},
+                        deadline_s, env=env)
+
+
 def side_by_side(root: Path, commands: dict, deadline_s: float, cwd=ROOT, env=None) -> dict:
     """Start every command (name -> (argv, dir)) at once in cwd, each tagged with its dir (env: more variables),
     wait for all within deadline_s together (one still running then is killed: its forkserver and ranks go

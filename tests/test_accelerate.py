@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import side_by_side, sweep_command
+from conftest import sweep_groups
 
 
 ENDS_WITHIN_S = 300  # the groups one fixture starts, together; each takes well under a minute on 2 idle cores
@@ -30,8 +30,7 @@ GROUPS = {
 
 def run_side_by_side(root: Path, groups: dict) -> dict:
     """Start every group's multirun at once, wait for all; name -> conftest's Launch."""
-    return side_by_side(root, {name: sweep_command(root / name, "world_size=2", "framework=accelerate", *argv)
-                               for name, argv in groups.items()}, ENDS_WITHIN_S)
+    return sweep_groups(root, groups, "world_size=2", "framework=accelerate", deadline_s=ENDS_WITHIN_S)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import side_by_side, sweep_command
+from conftest import sweep_groups
 
 
 ENDS_WITHIN_S = 300  # every group together; about a minute on 2 idle cores
@@ -33,8 +33,7 @@ GROUPS = {
 
 
 def launch(root: Path, groups: dict) -> dict:
-    return side_by_side(root, {name: sweep_command(root / name, "world_size=2", "framework=accelerate", *argv)
-                               for name, argv in groups.items()}, ENDS_WITHIN_S)
+    return sweep_groups(root, groups, "world_size=2", "framework=accelerate", deadline_s=ENDS_WITHIN_S)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import side_by_side, sweep_command
+from conftest import sweep_groups
 from train.events import read_events
 
 
@@ -29,8 +29,7 @@ NO_SHARED_FS = {"nsf_as_shipped": ["scenario=no_shared_fs", "callback=as_shipped
 def start_together(root: Path, sweeps: dict) -> dict:
     """Start every multirun, wait for all (each stopped at ENDS_WITHIN_S), and return (scenario, fix) -> summary."""
     cells = {}
-    for launch in side_by_side(root, {name: sweep_command(root / name, "world_size=2", "framework=lightning", *argv)
-                                      for name, argv in sweeps.items()}, ENDS_WITHIN_S).values():
+    for launch in sweep_groups(root, sweeps, "world_size=2", "framework=lightning", deadline_s=ENDS_WITHIN_S).values():
         cells.update(launch.summaries())
         assert launch.rc == 0, launch.out[-3000:]
     return cells

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import side_by_side, sweep_command
+from conftest import sweep_groups
 
 
 ENDS_WITHIN_S = 300  # every group of a fixture together; about a minute on 2 idle cores
@@ -42,8 +42,8 @@ def start(tmp_path_factory, name: str, groups: dict):
     root = tmp_path_factory.mktemp(name)
     tmp = root / "tmp"
     tmp.mkdir()
-    launches = side_by_side(root, {group: sweep_command(root / group, "world_size=2", "framework=lightning", *argv)
-                                   for group, argv in groups.items()}, ENDS_WITHIN_S, env={"TMPDIR": str(tmp)})
+    launches = sweep_groups(root, groups, "world_size=2", "framework=lightning", deadline_s=ENDS_WITHIN_S,
+                            env={"TMPDIR": str(tmp)})
     return launches, tmp
 
 

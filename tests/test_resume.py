@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import side_by_side, sweep_command
+from conftest import sweep_groups
 
 
 ENDS_WITHIN_S = 300  # every group together; about a minute on 2 idle cores
@@ -33,8 +33,7 @@ GROUPS = {
 def groups(tmp_path_factory) -> dict:
     """name -> conftest's Launch, every group started together."""
     root = tmp_path_factory.mktemp("resume")
-    return side_by_side(root, {name: sweep_command(root / name, "world_size=2", "framework=torch_loop", *argv)
-                               for name, argv in GROUPS.items()}, ENDS_WITHIN_S)
+    return sweep_groups(root, GROUPS, "world_size=2", "framework=torch_loop", deadline_s=ENDS_WITHIN_S)
 
 
 def by_fix(launch) -> dict:

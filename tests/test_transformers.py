@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import side_by_side, sweep_command
+from conftest import sweep_groups
 
 
 ENDS_WITHIN_S = 300  # both sweeps together; each takes well under a minute on 2 idle cores
@@ -31,8 +31,7 @@ SWEEPS = {
 def runs(tmp_path_factory) -> dict:
     """name -> conftest's Launch, both sweeps started together."""
     root = tmp_path_factory.mktemp("transformers")
-    return side_by_side(root, {name: sweep_command(root / name, "world_size=2", "framework=transformers", *argv)
-                               for name, argv in SWEEPS.items()}, ENDS_WITHIN_S)
+    return sweep_groups(root, SWEEPS, "world_size=2", "framework=transformers", deadline_s=ENDS_WITHIN_S)
 
 
 def cell(runs, sweep, scenario, fix) -> dict:

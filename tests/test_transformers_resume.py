@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import side_by_side, sweep_command
+from conftest import sweep_groups
 from test_config import composed
 from train.plan import not_applicable
 
@@ -35,8 +35,7 @@ MORE = {"crash": ["scenario=crash_mid_save", "callback=atomic,agreed"]}
 def started(tmp_path_factory, name: str, groups: dict) -> dict:
     """name -> conftest's Launch, every group started together."""
     root = tmp_path_factory.mktemp(name)
-    return side_by_side(root, {name: sweep_command(root / name, "world_size=2", "framework=transformers", *argv)
-                               for name, argv in groups.items()}, ENDS_WITHIN_S)
+    return sweep_groups(root, groups, "world_size=2", "framework=transformers", deadline_s=ENDS_WITHIN_S)
 
 
 @pytest.fixture(scope="module")
