@@ -5,7 +5,8 @@ imports torch and Hydra composes the config, so the two start-ups overlap instea
 Only the command line is known this early, so this reads it, and the chosen scenario's file, for
 anything that rules the forkserver out: another start method, another Hydra launcher (jobs run
 elsewhere), or a flag that only prints (--help, --cfg, ...). Every node's agent on this host
-(launch.all_nodes_here) forks from it too (train/nodes.py), so that form wants it as well. When it cannot tell, the default config decides: forkserver, one node.
+(launch.all_nodes_here) forks from it too (train/nodes.py), so that form wants it as well. When it
+cannot tell, the default config decides: forkserver, one node.
 The forkserver is ended at exit, used or not (a config error, a sweep of n/a jobs).
 This module imports nothing heavy: the launcher never imports fastai.
 """
@@ -30,13 +31,15 @@ def forkserver_wanted(argv) -> bool:
             return False
         if key in ("hydra/launcher", "hydra.launcher") or key.startswith("hydra.launcher."):
             return False
-        if key == "scenario":
-            for name in value.split(","):
-                path = CONFIGS / "scenario" / f"{name.strip()}.yaml"
-                text = path.read_text() if path.is_file() else ""
-                if "start_method" in text:
-                    return False
+        if key == "scenario" and any("start_method" in text for text in scenario_texts(value)):
+            return False
     return True
+
+
+def scenario_texts(value: str) -> list:
+    """The text of each scenario file that scenario=<value> names (a,b in a sweep); an unknown name: empty."""
+    paths = [CONFIGS / "scenario" / f"{name.strip()}.yaml" for name in value.split(",")]
+    return [path.read_text() if path.is_file() else "" for path in paths]
 
 
 def adapters_named(argv) -> list:
@@ -65,11 +68,8 @@ def nodes_here_named(argv) -> bool:
         key, _, value = arg.lstrip("+~").partition("=")
         if key == "launch.all_nodes_here" and value.lower() != "false":
             return True
-        if key == "scenario":
-            for name in value.split(","):
-                path = CONFIGS / "scenario" / f"{name.strip()}.yaml"
-                if path.is_file() and "all_nodes_here" in path.read_text():
-                    return True
+        if key == "scenario" and any("all_nodes_here" in text for text in scenario_texts(value)):
+            return True
     return False
 
 

@@ -5,8 +5,8 @@ An adapter is a module with a function for each workload it has (the `workload` 
 documented way to keep the best checkpoint and load it at the end; `fit_and_resume(rank)` saves a checkpoint
 every epoch and, at the start of every attempt torch elastic makes (launch.max_restarts), resumes from the
 newest with the framework's own resume path. Both call train/faults.py's points at the framework's public
-seams and record the events that train/outcomes.py reads (see train/frameworks/common.py). Importing the module imports its
-framework: the forkserver preloads the run's adapter (and only it), the launcher never imports one.
+seams and record the events that train/outcomes.py reads (see train/frameworks/common.py). Importing the
+module imports its framework: the forkserver preloads the run's adapter (and only it), the launcher never imports one.
 
   fastai.py        SaveModelCallback(every='improvement'), the seed (fixes: train/callbacks.py)
   lightning.py     ModelCheckpoint(save_top_k=1) and validate(ckpt_path="best")

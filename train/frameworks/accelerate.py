@@ -1,10 +1,11 @@
 """accelerate 1.15, workload=load_best (workload=resume, save_state() every epoch and load_state() at the start of
 every attempt, is train/frameworks/accelerate_resume.py's, called by fit_and_resume below): the user's loop with
 `Accelerator.save_state(<checkpoint_dir>/best)` on every rank whenever the validation accuracy is a new best (as
-the docs show), and `Accelerator.load_state` of that folder on every rank after the last epoch. save_state writes model.safetensors (safetensors) on the main process only, and neither it
-nor load_state waits for that write: the user is to call `accelerator.wait_for_everyone()` between them (the
-docs' "Executing and deferring jobs" guide; their checkpointing example has no such line). callback=as_shipped is
-the loop without it (docs/findings/accelerate.md).
+the docs show), and `Accelerator.load_state` of that folder on every rank after the last epoch. save_state
+writes model.safetensors (safetensors) on the main process only, and neither it nor load_state waits for that
+write: the user is to call `accelerator.wait_for_everyone()` between them (the docs' "Executing and deferring
+jobs" guide; their checkpointing example has no such line). callback=as_shipped is the loop without it
+(docs/findings/accelerate.md).
 
 Accelerate is a library, not a trainer: the loop is the user's, so shape_metric, before_last_save and the save and
 load calls sit in it. Everything else goes through Accelerate's public hooks, on every rank:
