@@ -66,7 +66,7 @@ matrix: install ## scenario x fix (x framework), 5 repeats a cell, one Hydra mul
 
 N ?= 50
 stability: install ## the seed scenario N times with unsynced and with barrier: verdict counts, weight digests (N=50)
-	$(PY) -m train.stability --runs $(N) $(ARGS)
+	$(PY) -m train.report.stability --runs $(N) $(ARGS)
 
 report: install ## rebuild the report of a run or sweep dir: make report DIR=runs/sweep/...
 	@test -n "$(DIR)" || { echo "usage: make report DIR=<run or sweep dir>" >&2; exit 2; }

@@ -3,7 +3,7 @@ PYTHONPATH): rank 0 waits in a barrier while rank 1 waits in rank 0's broadcast,
 paired, which neither can end (tests/test_hang.py)."""
 import torch.distributed as dist
 
-from train.callbacks import RaceSaveModelCallback
+from train.frameworks.fastai.callbacks import RaceSaveModelCallback
 
 
 class MismatchedSyncsSaveModelCallback(RaceSaveModelCallback):

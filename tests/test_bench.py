@@ -1,8 +1,8 @@
 """What `make bench` relies on, checked without timing anything: speed goals live in the benchmark."""
 import pytest
 
-from train.bench import FRAMEWORK_MODULES, launcher_imports
-from train.early import adapters_named, forkserver_wanted, preload_list
+from train.bench.measure import FRAMEWORK_MODULES, launcher_imports
+from train.launch.forkserver import adapters_named, forkserver_wanted, preload_list
 
 
 def test_the_launcher_imports_no_framework():
@@ -11,11 +11,11 @@ def test_the_launcher_imports_no_framework():
 
 
 @pytest.mark.parametrize("argv, preloaded", [
-    ([], ["train.preload", "train.frameworks.fastai"]),
-    (["framework=lightning"], ["train.preload", "train.frameworks.lightning"]),
-    (["-m", "framework=transformers,accelerate"], ["train.preload", "train.frameworks.transformers",
+    ([], ["train.rank.preload", "train.frameworks.fastai"]),
+    (["framework=lightning"], ["train.rank.preload", "train.frameworks.lightning"]),
+    (["-m", "framework=transformers,accelerate"], ["train.rank.preload", "train.frameworks.transformers",
                                                     "train.frameworks.accelerate"]),
-    (["framework=nope"], ["train.preload"]),  # the config's error to report, later
+    (["framework=nope"], ["train.rank.preload"]),  # the config's error to report, later
 ])
 def test_the_forkserver_preloads_only_the_frameworks_the_command_line_names(argv, preloaded):
     assert preload_list(adapters_named(argv)) == preloaded

@@ -10,7 +10,7 @@ import pytest
 
 from test_config import base_cfg, composed
 from train.config import DATA, ConfigError, TrainConfig, check, describe, lookup
-from train.plan import FDS_PER_RANK, RANK_MEMORY_MIB, RANKS_PER_CORE, Machine, check_config, make_plan
+from train.launch.plan import FDS_PER_RANK, RANK_MEMORY_MIB, RANKS_PER_CORE, Machine, check_config, make_plan
 
 
 def leaves(schema=TrainConfig, prefix=""):

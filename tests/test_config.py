@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT
 from train.config import ConfigError, markdown_table
-from train.plan import Machine, make_plan, not_applicable
+from train.launch.plan import Machine, make_plan, not_applicable
 
 LAPTOP = Machine(cpus=2, gpus=0, memory_mib=16_000, open_files=1024)
 
@@ -62,7 +62,7 @@ def test_a_cell_is_n_a_by_not_for_or_by_the_fix_s_workloads(overrides, reason):
 
 
 def test_a_name_is_one_file_or_folder_name_up_to_200_characters():
-    from train.plan import is_name
+    from train.launch.plan import is_name
 
     assert is_name("best") and is_name("x" * 200) and is_name("...") and is_name("ünï a-b.c")
     assert not any(is_name(v) for v in ("", ".", "..", "a/b", "/", "a\0", "x" * 201, None, 3, b"best"))
@@ -110,7 +110,7 @@ def test_auto_picks_cpu_gloo_without_enough_gpus_and_nccl_with():
                                                 ("checkpoint.name", "."), ("callback.name", ".."),
                                                 ("framework.name", "a\0b"), ("rdzv.id", "a/b"),
                                                 ("checkpoint.name", "x" * 201))],
-    ({"framework.adapter": "train.frameworks.common"}, "framework.adapter='train.frameworks.common': must name an "
+    ({"framework.adapter": "train.toolkit.rank"}, "framework.adapter='train.toolkit.rank': must name an "
      "adapter module, one that defines fit_and_load or fit_and_resume (train/frameworks/ has one per framework)"),
     ({"workload": "resume"}, "workload='resume': framework=fastai has no resume path: its adapter "
      "train.frameworks.fastai defines no fit_and_resume"),
@@ -231,9 +231,9 @@ def test_data_that_cannot_be_downloaded_fails_with_one_line_before_any_rank(tmp_
     assert not run_dir.exists()
 
 
-def test_readme_key_table_is_the_schemas():
-    readme = (ROOT / "README.md").read_text()
-    assert markdown_table() in readme, "README's key table is stale: paste `python -m train.config` into it"
+def test_key_reference_is_the_schemas():
+    keys = (ROOT / "docs" / "keys.md").read_text()
+    assert markdown_table() in keys, "docs/keys.md's table is stale: paste `python -m train.config` into it"
 
 
 @pytest.mark.cli

@@ -261,10 +261,10 @@ def test_image_info_records_commit_and_lock_and_summary_reads_it(tmp_path, monke
     assert info == {"git_sha": "abc123", "git_dirty": False, "lock_sha256": digest,
                     "base_image": "python:3.11@sha256:" + "0" * 64}
 
-    import train.summary
-    monkeypatch.setattr(train.summary, "IMAGE_INFO", tmp_path / "image.json")
+    import train.report.environment
+    monkeypatch.setattr(train.report.environment, "IMAGE_INFO", tmp_path / "image.json")
     (tmp_path / "image.json").write_text(proc.stdout)
-    assert train.summary.environment()["image"] == info
+    assert train.report.environment.environment()["image"] == info
 
     wrong = subprocess.run([sys.executable, str(script), str(lock)], capture_output=True, text=True, timeout=60,
                            env=clean_env(LOCK_SHA256="f" * 64))

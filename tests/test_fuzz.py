@@ -54,8 +54,8 @@ def leaf_keys():
 
 ODD_STRINGS = ["", " ", "/", "..", ".", "a/../../b", "../escaped", "/tmp", "x" * 300, "ünïcödé", "名前", "a b",
                "${nope}", "${oc.env:HOME}", "'", '"', "\\", "a,b", "[", "{", "null", "~", "-1", "1e400", "nan",
-               "os.system", "train.frameworks.fastai", "train.callbacks.BarrierSaveModelCallback", "collections",
-               "builtins.eval", "nope.Missing", "train.frameworks", "train.frameworks.common"]
+               "os.system", "train.frameworks.fastai", "train.frameworks.fastai.callbacks.BarrierSaveModelCallback", "collections",
+               "builtins.eval", "nope.Missing", "train.frameworks", "train.toolkit.rank"]
 NUMBERS = ["0", "-1", "1", "2", "3", "0.5", "-0.0", "1e-320", "1e308", "1e400", "nan", "inf", "-inf",
            "9999999999999999999999", "0x10", "true", "[]", "'3'"]
 
@@ -97,9 +97,10 @@ def preflight_line(overrides, run_dir: Path):
     from omegaconf import open_dict
 
     from train.config import ConfigError, check
-    from train.errors import config_error_line
-    from train.launch import preflight, resolved
-    from train.plan import Machine, not_applicable
+    from train.launch.hydra_errors import config_error_line
+    from train.launch.preflight import preflight
+    from train.launch.job import resolved
+    from train.launch.plan import Machine, not_applicable
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         try:
@@ -195,7 +196,7 @@ class RunsCode:
 
 
 def model():
-    from train.frameworks.common import small_cnn
+    from train.toolkit.model import small_cnn
 
     return small_cnn(1)
 
@@ -237,8 +238,8 @@ def outcome_of_reading(path: Path):
     classified as train/outcomes.py does: (outcome, sentence)."""
     from fastai.learner import load_model
 
-    from train.frameworks.common import error_fields
-    from train.outcomes import classify_load_error, load_error_sentence
+    from train.toolkit.errors import error_fields
+    from train.judge.vocabulary import classify_load_error, load_error_sentence
 
     try:
         load_model(path, model(), None, with_opt=False, device="cpu", weights_only=True)
@@ -275,8 +276,8 @@ def test_a_dcp_metadata_that_lies_is_refused_and_runs_no_code(tmp_path_factory, 
     import torch.distributed.checkpoint as dcp
 
     from train.fixes import dcp_load
-    from train.frameworks.common import error_fields
-    from train.outcomes import classify_load_error
+    from train.toolkit.errors import error_fields
+    from train.judge.vocabulary import classify_load_error
 
     MARKER.unlink(missing_ok=True)
     folder = tmp_path_factory.mktemp("dcp") / "best.dcp"
@@ -350,7 +351,7 @@ def test_report_and_merge_build_what_they_can_and_never_raise(real_records, tmp_
     import io
     import shutil
 
-    from train.report import main as report
+    from train.report.cli import main as report
 
     copy = tmp_path_factory.mktemp("mutated") / "records"
     shutil.copytree(real_records, copy)

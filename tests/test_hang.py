@@ -15,8 +15,8 @@ import pytest
 import torch.distributed as dist
 
 from conftest import ROOT, processes_tagged, tagged_env
-from train import hang
-from train.bench import hang_to_end
+from train.toolkit import hang
+from train.bench.measure import hang_to_end
 
 
 def sync(how, n):

@@ -22,7 +22,7 @@ def first(events, rank, event):
 
 
 def test_the_sweeps_process_starts_no_forkserver_when_its_jobs_run_in_workers():
-    from train.early import forkserver_wanted
+    from train.launch.forkserver import forkserver_wanted
 
     assert forkserver_wanted(["-m", *SIDE_BY_SIDE]) is False  # each worker starts its own, on its first job
 

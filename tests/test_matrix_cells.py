@@ -5,11 +5,14 @@ import json
 
 import pytest
 
-from train.matrix import FIX_ORDER, SCENARIO_ORDER, _order, build, cell, scenario_references
-from train.outcomes import OUTCOMES
-from train.rates import share
-from train.report import CONFIGS, _median, aggregate, find_runs, run_row
-from train.summary import align, format_table, write_json_atomic
+from train.report.matrix import FIX_ORDER, SCENARIO_ORDER, _order, build, cell
+from train.report.matrix_files import scenario_references
+from train.judge.vocabulary import OUTCOMES
+from train.report.rates import share
+from train.report.runs import CONFIGS, _median, aggregate, run_row
+from train.report.run_records import find_runs
+from train.report.console import align, format_table
+from train.report.files import write_json_atomic
 
 
 def row(verdict="clean", scenario="seed", variant="barrier", replicas="agree", note="", **counts):
@@ -238,7 +241,7 @@ def test_json_is_written_whole_under_its_name(tmp_path):
 
 
 def test_several_frameworks_give_a_grid_each_without_their_all_n_a_columns():
-    from train.matrix import markdown
+    from train.report.matrix import markdown
 
     rows = [row("race", scenario="seed", variant="unsynced", missing=1),
             {**row("clean", scenario="seed", variant="as_shipped"), "framework": "lightning"},
@@ -255,7 +258,7 @@ def test_several_frameworks_give_a_grid_each_without_their_all_n_a_columns():
 def test_why_a_record_could_not_be_used_in_a_few_words():
     import json as json_module
 
-    from train.report import unreadable
+    from train.report.run_records import unreadable
 
     try:
         json_module.loads('{"cut')
@@ -275,7 +278,7 @@ def test_a_runs_row_names_its_framework_and_a_record_without_one_is_fastai_s(tmp
 
 
 def test_a_summary_without_a_runs_record_is_read_as_none_and_its_run_as_crashed(tmp_path):
-    from train.report import read_summary
+    from train.report.run_records import read_summary
 
     hydra = {"config.yaml": json.dumps(CFG)}
     cut = make_run(tmp_path, "0-cut", {"config": CFG, "status": "ok", "verdict": "clean"}, hydra=hydra)  # no ranks
@@ -286,7 +289,7 @@ def test_a_summary_without_a_runs_record_is_read_as_none_and_its_run_as_crashed(
 
 
 def test_a_framework_whose_every_cell_is_n_a_still_shows_its_fixes():
-    from train.matrix import fixes_shown
+    from train.report.matrix import fixes_shown
 
     cells = build([{**row("n/a", variant=fix, note="n/a: no seam"), "framework": "transformers"}
                    for fix in ("dcp", "barrier")])
@@ -294,7 +297,7 @@ def test_a_framework_whose_every_cell_is_n_a_still_shows_its_fixes():
 
 
 def test_a_long_reason_is_cut_to_its_first_80_characters():
-    from train.report import unreadable
+    from train.report.run_records import unreadable
 
     assert unreadable(RuntimeError("x" * 100)) == "RuntimeError: " + "x" * 80
 
@@ -306,7 +309,7 @@ def test_a_group_names_its_fix_with_its_framework_where_that_is_not_fastai():
 
 
 def test_a_scenario_that_is_n_a_all_the_way_across_is_left_out_unless_every_one_is():
-    from train.matrix import scenarios_shown
+    from train.report.matrix import scenarios_shown
 
     cells = build([row("race", scenario="torn", variant="barrier", missing=1),
                    row("n/a", scenario="crash_mid_save", variant="barrier", note="a resume scenario"),

@@ -15,9 +15,9 @@ import pytest
 from PIL import Image
 
 from conftest import multirun
-from train.matrix import build
-from train.matrix_html import page, write_html
-from train.outcomes import OUTCOMES
+from train.report.matrix import build
+from train.report.matrix_html import page, write_html
+from train.judge.vocabulary import OUTCOMES
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",

@@ -9,12 +9,12 @@ import time
 import pytest
 
 from conftest import ROOT, processes_tagged, tagged_env
-from train.nodes import free_port
+from train.launch.nodes import free_port
 
 PROBE_THE_RUN_DIR = """
 import sys, time
 from pathlib import Path
-from train.launch import check_writable
+from train.launch.preflight import check_writable
 run_dir, me, ready = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 (ready / me).touch()
 while len(list(ready.iterdir())) < 2:  # both processes probe over the same second
@@ -238,7 +238,7 @@ def test_a_slurm_sweep_composes_to_one_launcher_per_node_and_the_sbatch_it_would
 
 def test_inside_a_slurm_task_the_launcher_takes_its_node_and_the_rendezvous_from_the_allocation(monkeypatch):
     from test_config import composed
-    from train.nodes import from_slurm
+    from train.launch.nodes import from_slurm
 
     cfg = composed("nnodes=2", "world_size=4")
     assert from_slurm(cfg) is cfg  # not under Slurm: nothing changes

@@ -1,8 +1,10 @@
 """The classification functions, from hand-built event lists."""
 import pytest
 
-from train.outcomes import (OUTCOMES, VERDICTS, RankOutcome, Verdict, _span, _secs, classify_load_error, classify_rank,
-                            decide, is_corrupt_read, judge, rank_timings, replicas, saves, short, worst_status)
+from train.judge.vocabulary import OUTCOMES, VERDICTS, RankOutcome, Verdict, _span, _secs, classify_load_error, is_corrupt_read, saves, short, worst_status
+from train.judge.verdict import judge
+from train.judge.load_best import classify_rank, decide, rank_timings
+from train.judge.explain import replicas
 
 T0 = 1000.0
 
@@ -625,7 +627,8 @@ def _attempt0_killed_mid_epoch1():
 
 
 def test_resume_from_the_previous_complete_epoch_is_clean():
-    from train.outcomes import judge
+    from train.judge.verdict import judge
+
     events = _attempt0_killed_mid_epoch1()
     for r in (0, 1):
         events += [(5.0, r, "loop_start", {"attempt": 1}),
@@ -639,7 +642,8 @@ def test_resume_from_the_previous_complete_epoch_is_clean():
 
 
 def test_a_crash_loop_on_a_torn_file_is_never_clean_and_names_the_file():
-    from train.outcomes import judge
+    from train.judge.verdict import judge
+
     events = _attempt0_killed_mid_epoch1()
     for n in (1, 2):
         events += [(5.0 * n, 0, "loop_start", {"attempt": n}),
@@ -653,7 +657,8 @@ def test_a_crash_loop_on_a_torn_file_is_never_clean_and_names_the_file():
 
 
 def test_ranks_that_resume_from_different_steps_diverge_and_the_older_one_lost_steps():
-    from train.outcomes import judge
+    from train.judge.verdict import judge
+
     events = _attempt0_killed_mid_epoch1()
     events += [(2.5, 0, "save_end", {"attempt": 0, "epoch": 1, "step": 20, "path": "m/epoch1.pt", "digest": "e1"})]
     events += [(5.1, 0, "resume", {"attempt": 1, "epoch": 1, "step": 20, "path": "m/epoch1.pt", "digest": "e1"}),
@@ -666,7 +671,8 @@ def test_ranks_that_resume_from_different_steps_diverge_and_the_older_one_lost_s
 
 
 def test_a_delete_of_a_file_a_peer_deleted_is_missing_and_named():
-    from train.outcomes import judge
+    from train.judge.verdict import judge
+
     events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
     events += [(2.0, 1, "rotate_error", {"attempt": 0, "path": "m/epoch0.pt", "error_type": "FileNotFoundError",
                                          "message": "[Errno 2] No such file or directory: 'm/epoch0.pt'"})]
@@ -679,7 +685,9 @@ def test_each_way_a_resume_attempt_ends_is_named():
     """attempt_end and resume_rank, branch by branch: no failure recorded, an error in training, a timed-out
     all-reduce after a late resume, a peer's death, a resume from a torn or a future file, a delete that failed
     for another reason, and a rank stopped by torch elastic."""
-    from train.outcomes import attempt_end, judge
+    from train.judge.resume import attempt_end
+    from train.judge.verdict import judge
+
 
     quiet = _resume_run((1.0, 0, "loop_start", {"attempt": 0}), (1.0, 1, "loop_start", {"attempt": 0}),
                         status="failed")
@@ -731,7 +739,8 @@ def test_each_way_a_resume_attempt_ends_is_named():
 
 
 def test_a_rank_killed_where_the_scenario_placed_it_is_crashed():
-    from train.outcomes import judge
+    from train.judge.verdict import judge
+
 
     events = _attempt0_killed_mid_epoch1()
     v = judge(_resume_run(*events, status="failed"), 2).as_dict()
@@ -740,7 +749,8 @@ def test_a_rank_killed_where_the_scenario_placed_it_is_crashed():
 
 
 def test_an_interrupted_resume_run_gives_no_verdict():
-    from train.outcomes import judge
+    from train.judge.verdict import judge
+
 
     events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
     v = judge(_resume_run(*events, status="interrupted"), 2).as_dict()
@@ -749,7 +759,7 @@ def test_an_interrupted_resume_run_gives_no_verdict():
 
 
 def test_a_failed_read_always_says_something():
-    from train.outcomes import classify_load_error, load_error_sentence
+    from train.judge.vocabulary import classify_load_error, load_error_sentence
 
     assert classify_load_error("IsADirectoryError", "[Errno 21] Is a directory: 'best.pth'") == "corrupt"
     assert load_error_sentence("EOFError", "") == "EOFError: the file ended before a whole checkpoint (empty or cut short)"

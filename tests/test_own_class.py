@@ -79,7 +79,7 @@ def race_lab(cwd, *args, timeout=300):
 @pytest.mark.parametrize("framework, target, says", [
     ("fastai", "nope.Missing", "does not import (ModuleNotFoundError: No module named 'nope')"),
     ("fastai", "collections.OrderedDict", "is a class of another kind, not a subclass of "
-                                          "train.callbacks.RaceSaveModelCallback"),
+                                          "train.frameworks.fastai.callbacks.RaceSaveModelCallback"),
     ("fastai", "my_checkpoints.fastai_marker", "is a module, not a class"),
     ("lightning", EXAMPLE, "is a class of another kind, not a subclass of pytorch_lightning.plugins.TorchCheckpointIO "
                            "or pytorch_lightning.callbacks.ModelCheckpoint"),  # fastai's, where Lightning runs

@@ -3,10 +3,11 @@ import math
 
 import pytest
 
-from train.matrix import cell, label, md_label
-from train.outcomes import OUTCOMES
-from train.rates import interval, share
-from train.report import aggregate, markdown, race_vs_skew_figure
+from train.report.matrix import cell, label, md_label
+from train.judge.vocabulary import OUTCOMES
+from train.report.rates import interval, share
+from train.report.runs import aggregate, markdown
+from train.report.race_vs_skew import race_vs_skew_figure
 
 
 def row(verdict, scenario="seed", variant="unsynced", skew=1.0, replicas="", **outcomes) -> dict:

@@ -104,7 +104,7 @@ def test_echo_ranks_brings_each_ranks_output_back(tmp_path):
 
 
 def test_the_progress_bar_estimates_the_time_left():
-    from train.sweep import progress_bar
+    from train.launch.sweep import progress_bar
 
     assert progress_bar(0, 4, None, width=8) == "[........] 0/4 jobs"
     assert progress_bar(1, 4, 75.4, width=8) == "[##......] 1/4 jobs  ~1m15s left"
@@ -123,7 +123,7 @@ def words(text) -> str:
 
 def matrix_cells(n_scenarios, n_fixes) -> list:
     """Hand-made cells: the known scenarios and fixes first, then made-up ones for wider grids."""
-    from train.matrix import FIX_ORDER, SCENARIO_ORDER
+    from train.report.matrix import FIX_ORDER, SCENARIO_ORDER
 
     scenarios = (SCENARIO_ORDER + [f"scenario_{k}" for k in range(20)])[:n_scenarios]
     fixes = (FIX_ORDER + [f"fix_{k}" for k in range(20)])[:n_fixes]
@@ -151,7 +151,7 @@ def matrix_cells(n_scenarios, n_fixes) -> list:
 
 @pytest.mark.parametrize("grid", [(1, 1), (2, 2), (2, 1), (1, 8), (8, 1), (8, 8), (10, 12)])
 def test_the_matrix_title_and_legend_fit_any_grid(tmp_path, grid):
-    from train.matrix import TITLE, matrix_figure, plot
+    from train.report.matrix import TITLE, matrix_figure, plot
 
     cells = matrix_cells(*grid)
     fig = matrix_figure(cells)
@@ -220,7 +220,7 @@ def assert_timeline_fits(fig, explanation):
 
 
 def test_a_timeline_starts_at_the_first_rank_and_shows_the_whole_explanation(tmp_path):
-    from train.report import timeline_figure
+    from train.report.timeline import timeline_figure
 
     long = ("race: ranks 1, 2, 3, 4, 5, 6 and 7 tried to load 0.9-1.1 s before rank 0 finished saving "
             "(FileNotFoundError); the replicas diverged: rank 0 vs ranks 1-7 end with different weights; "
@@ -243,7 +243,7 @@ def test_a_timeline_starts_at_the_first_rank_and_shows_the_whole_explanation(tmp
 
 
 def test_a_real_runs_timeline(train):
-    from train.report import draw_timeline, timeline_figure
+    from train.report.timeline import draw_timeline, timeline_figure
 
     run = train("world_size=2", "skew.seconds=1", "epochs=1")
     assert run.rc == 0, run.err[-3000:]
@@ -264,7 +264,7 @@ def test_a_real_runs_timeline(train):
 
 @pytest.mark.slow
 def test_make_stability_counts_the_verdicts_and_the_saved_weights(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "train.stability", "--runs", "2", "--dir", str(tmp_path / "s"),
+    proc = subprocess.run([sys.executable, "-m", "train.report.stability", "--runs", "2", "--dir", str(tmp_path / "s"),
                            "world_size=2", "epochs=1", "skew.seconds=2"], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

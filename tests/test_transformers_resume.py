@@ -19,7 +19,7 @@ import pytest
 
 from conftest import sweep_groups
 from test_config import composed
-from train.plan import not_applicable
+from train.launch.plan import not_applicable
 
 ENDS_WITHIN_S = 300  # every group together; under a minute on 2 idle cores
 

@@ -1,35 +1,28 @@
 """A lab for checkpoint save/load races in distributed training.
 
-The story, in reading order:
-  config.py    the schema: every key, its type, default, range and meaning, declared once
-  early.py     the forkserver's life: started before the launcher imports torch, ended at exit
-  launch.py    Hydra main: check the config, start the ranks with torch elastic, collect, summarise
+The story, in reading order (.importlinter holds the layers: each part imports only the parts below it):
+  __main__.py    the race-lab command: start the forkserver early, then Hydra's job
+  config.py      the schema: every key, its type, default, range and meaning, declared once
+  launch/        launching: the Hydra job (job.py), the checks before any rank starts (preflight.py, plan.py,
+                 own_class.py), one run (experiment.py) driving torch elastic (elastic.py), nodes (nodes.py),
+                 a sweep's progress (sweep.py), the forkserver (forkserver.py), Hydra's errors in one line
+  rank/          one rank: its entry point (entry.py), the worker that joins the group and hands over to the
+                 framework's adapter (worker.py), what the forkserver imports once (preload.py)
+  frameworks/    the framework axis: one package per framework (fastai, lightning, transformers, accelerate,
+                 torch_loop), each with its load-best and resume adapters, faults at its public seams
+  fixes.py       the fix axis: each fix written once as a strategy (atomic write, broadcast, agree, dcp ...)
+  faults.py      the scenario axis: what goes wrong, placed on purpose at named points (configs/scenario/)
+  toolkit/       what adapters and fixes are handed: the rank's context (rank.py), errors as event fields
+                 (errors.py), the small model (model.py) and its data (data.py), the hang detector (hang.py)
+  events.py      each rank's append-only event log
+  judge/         judging, pure functions over event records: the vocabulary, the load-best verdict and its
+                 sentence, the resume verdict, and which applies (verdict.py)
+  report/        reporting: runs -> report.csv/md and figures, the matrix (csv, md, png, html), rates with
+                 their intervals, the console table, several nodes' records merged; python -m train.report
+  bench/         make bench: time to verdict, each figure beside its goal
   torch_private.py  every use of a private torch function, each saying what is lost if it goes
-  errors.py    Hydra's composition errors as one line
-  plan.py      rules across keys, the machine's limits, the device/backend choice (before any rank starts)
-  own_class.py callback=own: a checkpoint class of your own, checked before any rank starts
-  nodes.py     several nodes: a node's own record, the merge, one host standing in for several
-  rank.py      each rank's entry point, small, so a forked rank need not import the launcher
-  worker.py    one rank: join the group, hand over to the run's framework adapter, wait for every rank
-  preload.py   what the forkserver imports once, before it forks any rank
-  frameworks/  which framework runs: one adapter per framework (fastai, lightning, transformers, accelerate),
-               each training with that framework's own save-best / load-at-the-end code, faults at its seams
-  fixes.py     how ranks sync: each fix written once as a strategy (atomic write, broadcast, agree, dcp ...)
-  callbacks.py fastai's fixes: SaveModelCallback variants that differ only in how they save, sync and load
-  faults.py    what goes wrong, placed on purpose at named points (configs/scenario/ picks them)
-  hang.py      where each rank waits, on the rendezvous store: a hang named the moment it is certain
-  fastai_gloo.py  the one adaptation that lets fastai's DDP run on CPU ranks over gloo
-  events.py    each rank's append-only event log
-  outcomes.py  pure functions: events -> what each rank saw -> verdict
-  summary.py   summary.json, the environment, and the console table
-  sweep.py     Hydra callback for -m: job k of n, then the report
-  rates.py     a rate as a count with its 95% Wilson interval; which runs a rate does not count
-  report.py    runs -> report.csv, report.md and plots; --merge for several nodes' run dirs
-  matrix.py    a sweep's scenario x fix matrix: matrix.csv, matrix.md, matrix.png
-  matrix_html.py  matrix.html: the matrix as one static page; a click on a cell lists its runs
-  figures.py   what the pictures share: text wrapped to the figure, a legend that fits
-  stability.py the seed scenario N times per fix: how stable the verdicts are
-  bench.py     wall time and launcher memory, recorded to a file
+  process.py     a process that ends with its parent
+  callbacks.py   the old import path of fastai's fixes (train.frameworks.fastai.callbacks), kept for users
 """
 import warnings
 

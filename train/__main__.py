@@ -26,11 +26,12 @@ def cli():
     It never returns: it exits through exit_without_teardown."""
     user_wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let composition errors reach us instead of Hydra's printout
-    from train.early import start_forkserver
+    from train.launch.forkserver import start_forkserver
 
     start_forkserver(sys.argv[1:])  # its preload overlaps the launcher's own start-up (torch, Hydra)
-    from train.launch import EXIT_BAD_CONFIG, main, started
-    from train.errors import config_error_line
+    from train.launch.preflight import EXIT_BAD_CONFIG, started
+    from train.launch.job import main
+    from train.launch.hydra_errors import config_error_line
 
     try:
         main()

@@ -119,7 +119,7 @@ class FrameworkConfig:
                               "configs/framework/")
     adapter: str = key("train.frameworks.fastai", "its adapter module (train/frameworks/): trains, saves and "
                                                  "loads with that framework, faults at its public seams")
-    own_class_kinds: List[str] = key(["train.callbacks.RaceSaveModelCallback"],
+    own_class_kinds: List[str] = key(["train.frameworks.fastai.callbacks.RaceSaveModelCallback"],
                                      "with callback=own, the class named by callback._target_ must subclass one of "
                                      "these (set by each framework)")
 

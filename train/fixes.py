@@ -21,8 +21,9 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from train.frameworks.common import error_fields, say
-from train.hang import watch
+from train.toolkit.errors import error_fields
+from train.toolkit.rank import say
+from train.toolkit.hang import watch
 
 
 class SyncFailed(Exception):

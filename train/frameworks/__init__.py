@@ -1,7 +1,7 @@
 """Which framework runs: one adapter module per framework, named by configs/framework/<name>.yaml.
 
 An adapter is a module with a function for each workload it has (the `workload` key):
-`fit_and_load(rank: train.frameworks.common.Rank)` trains the run's small model with that framework's own
+`fit_and_load(rank: train.toolkit.rank.Rank)` trains the run's small model with that framework's own
 documented way to keep the best checkpoint and load it at the end; `fit_and_resume(rank)` saves a checkpoint
 every epoch and, at the start of every attempt torch elastic makes (launch.max_restarts), resumes from the
 newest with the framework's own resume path. Both call train/faults.py's points at the framework's public
@@ -27,8 +27,8 @@ def entry(cfg: dict):
 
 
 def adapter_functions(module: str) -> set:
-    """The workload functions (ENTRY's) that `module`'s source defines at its top level: none when it is no
-    adapter. Read without importing it (nor its framework)."""
+    """The workload functions (ENTRY's) that `module`'s source defines or re-exports at its top level: none when
+    it is no adapter. Read without importing it (nor its framework)."""
     import ast
 
     try:
@@ -41,4 +41,7 @@ def adapter_functions(module: str) -> set:
         tree = ast.parse(open(spec.origin, encoding="utf-8").read())
     except (OSError, SyntaxError, ValueError):
         return set()
-    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name in ENTRY.values()}
+    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    reexported = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                  for alias in node.names}  # a framework's package: `from .load_best import fit_and_load`
+    return (defined | reexported) & set(ENTRY.values())

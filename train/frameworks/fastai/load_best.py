@@ -1,0 +1,41 @@
+"""fastai: SaveModelCallback(every='improvement') keeps the best model on rank 0 and every rank loads
+it when fit ends (the seed). The fixes are SaveModelCallback subclasses in train/callbacks.py, named
+by callback._target_ (a class of your own works too: a SaveModelCallback subclass taking the same
+arguments, see examples/)."""
+import fastai.callback.progress  # noqa: F401  (adds Learner.no_bar)
+import fastai.callback.schedule  # noqa: F401  (adds Learner.fit_one_cycle)
+from fastai.learner import Learner
+from fastai.layers import SimpleCNN
+from fastai.losses import CrossEntropyLossFlat
+from fastai.metrics import accuracy
+from fastai.torch_core import set_seed
+
+import train.frameworks.fastai.callbacks  # noqa: F401  (the fixes, imported once in the forkserver's preload)
+from train.frameworks.fastai.data import CHANNELS, make_dls
+from train.frameworks.fastai.gloo import distrib_ctx
+from train.toolkit.rank import Rank, checkpoint_dir, named_class
+
+
+def epoch_table(learn):
+    """fastai's per-epoch table without the progress bar, whose carriage returns garble a log file."""
+    def log(values):
+        if not getattr(log, "started", False):
+            log.started = True
+            print("  ".join(f"{name:<10}" for name in learn.recorder.metric_names), flush=True)
+        print("  ".join(f"{v:<10.6f}" if isinstance(v, float) else f"{v!s:<10}" for v in values), flush=True)
+    return log
+
+
+def fit_and_load(rank: Rank):
+    cfg = rank.cfg
+    set_seed(cfg["seed"])
+    learn = Learner(make_dls(cfg["data"], cfg["seed"], rank.device),
+                    SimpleCNN((CHANNELS[cfg["data"]["name"]], 16, 16, 2)),  # the seed's simple_cnn((3,16,16,2))
+                    loss_func=CrossEntropyLossFlat(), metrics=accuracy,
+                    path=rank.run_dir, model_dir=checkpoint_dir(cfg))
+    save_model_cb = named_class(cfg["callback"]["_target_"])(
+        rank.events, rank.faults, cfg["checkpoint"], timeout_s=cfg["timeout"]["collective_s"])
+
+    learn.logger = epoch_table(learn)
+    with distrib_ctx(learn, rank.plan["device"], rank.plan["backend"]), learn.no_bar():
+        learn.fit_one_cycle(cfg["epochs"], cfg["lr"], cbs=save_model_cb)

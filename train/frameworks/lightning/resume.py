@@ -1,0 +1,271 @@
+"""Lightning 2.6's own resume after a crash (issue 15, workload=resume): what its docs show, as shipped.
+ModelCheckpoint(every_n_epochs=1, save_last=True) saves a checkpoint at the end of every training epoch, and every
+attempt that torch elastic makes (launch.max_restarts) starts with trainer.fit(model, ckpt_path="last"): Lightning
+finds the last checkpoint itself, restores the weights, optimizer, schedule and loops, and trains on from there.
+
+What Lightning does, as shipped (pytorch_lightning 2.6.6, fsspec 2026.9.0):
+- Each epoch's save: ModelCheckpoint writes epoch=<k>-step=<n>.ckpt, then last.ckpt, each a whole save through
+  Trainer.save_checkpoint (rank 0 writes, then a barrier). With save_last="link" (checkpoint.pointer here)
+  last.ckpt is a symlink to the newest file instead, made after that file is written: a pointer written last.
+- TorchCheckpointIO writes through _atomic_save: torch.save into memory, then an fsspec transaction, which writes a
+  temporary file in the system's temp folder and moves it onto the name at commit (Lightning#20011). A kill in the
+  middle of the write leaves the temporary file, never a torn checkpoint under its name.
+- ckpt_path="last": EVERY rank lists the checkpoint folder itself (ModelCheckpoint._find_last_checkpoints, through
+  the fsspec filesystem) and takes the newest last*.ckpt by modification time; with none it warns and starts from
+  scratch. Nothing makes the ranks agree on the file: a rank that lists the folder differently resumes elsewhere.
+- Every rank reads its checkpoint (CheckpointIO.load_checkpoint) and loads the weights; then DDPStrategy.setup wraps
+  the model in DDP, whose constructor copies rank 0's weights to every rank. So the resume event's digest is of the
+  state dict the rank READ (before that broadcast); the epoch and step it restored are its own and are not synced.
+- Rotation (checkpoint.keep_last: save_top_k=N, monitor="step", mode="max", Lightning's documented "keep the
+  newest N") deletes through strategy.remove_checkpoint, which DDPStrategy runs on global rank 0 only.
+
+Seams, all public (no private method is patched):
+  ResumeCheckpointIO  a TorchCheckpointIO subclass (Trainer(plugins=[...])): save_* events around each save on rank 0,
+                      load_attempt/load_error/resume around the resume's read on every rank, rotate/rotate_error
+                      around rank 0's deletes; each calls the shipped implementation (super())
+  FaultyFileSystem    (train/frameworks/lightning.py) fsspec's local filesystem: the bytes of a save pass through
+                      faults.resume_write (kill_at=mid_write: rank 0 killed halfway through the real write), and the
+                      folder listing that ckpt_path="last" makes goes through faults.listing (stale_listing)
+  ResumeCheckpoint    ModelCheckpoint whose on_train_epoch_end (a public hook) is the shipped one, then
+                      faults.kill_point("after_save"): the kill comes once the epoch's whole save is done
+  ResumeCallback      closes the listing window and records a fresh start (its weights before DDP's broadcast)
+
+Fixes (callback.name): as_shipped (Lightning unmodified), agreed (rank 0 finds the last checkpoint by Lightning's
+rule and every rank resumes from that one: fit(ckpt_path=<rank 0's choice>), train/fixes.rank0_decides). The others
+are n/a (configs/framework/lightning.yaml says why: atomic, manifest and rank0_rotates are there as shipped).
+scenario=cleanup's delete_race needs two ranks deleting one file; Lightning deletes on rank 0 alone, so the fault
+has no second deleter to meet: it is not placed, and the cell measures Lightning's rotation as it is.
+
+Noted, not under test: where the temp folder is on another filesystem than the checkpoints (TMPDIR local, the
+checkpoints on a shared one), fsspec's move at commit is a copy onto the checkpoint's name, not a rename; and
+save_last="link" replaces last.ckpt by os.remove, then os.symlink (a kill between them leaves no last.ckpt).
+"""
+import os
+import re
+import shutil
+import warnings
+from datetime import timedelta
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from pytorch_lightning.plugins import TorchCheckpointIO
+from pytorch_lightning.strategies import DDPStrategy
+from torch.utils.data import DataLoader, TensorDataset
+
+from train.events import attempt
+from train.fixes import SyncFailed, rank0_decides
+from train.toolkit.rank import Rank, checkpoint_dir, local_rank, say
+from train.toolkit.model import digits_split, small_cnn
+from train.toolkit.errors import error_fields
+from train.toolkit.model import weights_digest
+from train.frameworks.lightning.seams import FaultyFileSystem, quiet, use_faulty_filesystem
+
+
+FIXES = ("as_shipped", "agreed")
+LAST = re.compile(r"^last(-v?\d+)?\.ckpt$")  # ModelCheckpoint's last checkpoint and its versions (last-v1.ckpt)
+
+
+class Recorded(Exception):
+    """Marks an error whose event is recorded already (load_error, rotate_error): not a train_error too."""
+
+
+class ResumeCheckpointIO(TorchCheckpointIO):
+    """Lightning's TorchCheckpointIO, observed; the shipped save, read and delete run unchanged (super()).
+    rank: this rank's context; resume: the LightningResume it reports to (what the rank listed)."""
+
+    def __init__(self, rank: Rank, resume):
+        super().__init__()
+        self.events, self.faults, self.resume = rank.events, rank.faults, resume
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        """Rank 0 only (DDPStrategy.save_checkpoint), before Trainer.save_checkpoint's barrier."""
+        epoch, step = checkpoint["epoch"], checkpoint["global_step"]  # the epoch just trained; optimizer steps done
+        self.events.record("save_start", epoch=epoch, step=step, path=str(path))
+        FaultyFileSystem.write_fault = lambda f, data: self.faults.resume_write(f, data, epoch, path)
+        try:
+            super().save_checkpoint(checkpoint, path, storage_options)
+        finally:
+            FaultyFileSystem.write_fault = None
+        self.events.record("save_end", epoch=epoch, step=step, path=str(path),
+                           digest=weights_digest(checkpoint["state_dict"]), bytes=os.path.getsize(path))
+
+    def load_checkpoint(self, path, map_location=None, weights_only=None):
+        """Every rank, from fit(ckpt_path=...): the resume's read, with weights_only=True (no foreign code runs).
+        A failed read is recorded and raised: the rank dies and torch elastic restarts the group."""
+        size = os.path.getsize(path) if os.path.exists(path) else None
+        self.events.record("load_attempt", path=str(path), bytes=size)
+        try:
+            checkpoint = super().load_checkpoint(path, map_location="cpu", weights_only=True)
+        except Exception as e:
+            self.events.record("load_error", path=str(path), **error_fields(e))
+            say(f"Resume from {Path(path).name} failed: {type(e).__name__}: {e}")
+            raise Recorded(f"resume from {path}") from e
+        epoch, step = checkpoint["epoch"], checkpoint["global_step"]
+        # the state dict it read is what restore_model loads, before DDP's constructor copies rank 0's weights
+        self.events.record("resume", epoch=epoch, step=step, path=str(path),
+                           digest=weights_digest(checkpoint["state_dict"]), listing=self.resume.listed)
+        self.resume.resumed = True
+        say(f"Resumed from {Path(path).name} (epoch {epoch}, step {step}).")
+        return checkpoint
+
+    def remove_checkpoint(self, path):
+        """ModelCheckpoint's rotation: rank 0 only (DDPStrategy.remove_checkpoint)."""
+        try:
+            super().remove_checkpoint(path)
+        except OSError as e:
+            self.events.record("rotate_error", path=str(path), **error_fields(e))
+            say(f"Deleting {Path(path).name} failed: {type(e).__name__}: {e}")
+            raise Recorded(f"deleting {path}") from e
+        self.events.record("rotate", path=str(path))
+
+
+class ResumeCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint as shipped; once its save at the end of an epoch is done (the checkpoint, last.ckpt, the
+    rotation), fault.kill_at=after_save may kill rank 0 there. faults: train/faults.py's points."""
+
+    def __init__(self, faults, **kwargs):
+        super().__init__(**kwargs)
+        self.faults = faults
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        super().on_train_epoch_end(trainer, pl_module)
+        self.faults.kill_point("after_save", trainer.current_epoch, self.last_model_path)
+
+
+class ResumeCallback(Callback):
+    """setup (after Lightning chose the checkpoint, before it reads it): the listing window closes, and the
+    weights a fresh start begins with are taken; on_train_start: fit_start, and a fresh start's resume event."""
+
+    def __init__(self, rank: Rank, resume):
+        self.rank, self.resume = rank, resume
+        self.initial = None  # the digest of the weights before any resume and before DDP's broadcast
+
+    def setup(self, trainer, pl_module, stage):
+        FaultyFileSystem.listing = None
+        self.initial = weights_digest(pl_module.state_dict())
+
+    def on_train_start(self, trainer, pl_module):
+        if not self.resume.resumed:
+            self.rank.events.record("resume", epoch=-1, step=0, path=None, digest=self.initial,
+                                    listing=self.resume.listed)
+            say("No last checkpoint: a fresh start.")
+        self.rank.events.record("fit_start", train_batches=trainer.num_training_batches,
+                                node_local=self.rank.cfg["checkpoint"]["node_local"], start_epoch=trainer.current_epoch)
+
+
+class ResumeModule(pl.LightningModule):
+    """small_cnn(1) on digits, SGD without momentum as the torch_loop's, so that a checkpoint is the model, its
+    step and Lightning's own loop state. lr: the step size."""
+
+    def __init__(self, lr: float):
+        super().__init__()
+        self.model, self.lr = small_cnn(1), lr
+
+    def forward(self, x):
+        return self.model(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+class LightningResume:
+    def __init__(self, rank: Rank):
+        cfg = rank.cfg
+        self.rank, self.cfg, self.events, self.faults = rank, cfg, rank.events, rank.faults
+        self.fix = cfg["callback"]["name"]
+        if self.fix not in FIXES:
+            raise ValueError(f"callback={self.fix}: Lightning's resume does {', '.join(FIXES)} "
+                             "(configs/framework/lightning.yaml should have said n/a)")
+        self.folder = checkpoint_dir(cfg)
+        self.keep = cfg["checkpoint"]["keep_last"]  # 0: keep all
+        self.use_pointer = cfg["checkpoint"]["pointer"]  # last.ckpt as a symlink (save_last="link")
+        self.listed = []  # the last*.ckpt names this rank saw when it looked for the last checkpoint
+        self.resumed = False  # set by ResumeCheckpointIO once a checkpoint is read
+
+    def run(self):
+        cfg = self.cfg
+        self.events.record("loop_start", keep_last=self.keep, pointer=self.use_pointer)
+        quiet()
+        warnings.filterwarnings("ignore", message=r".*there is no last checkpoint available.*")  # a fresh start
+        use_faulty_filesystem()
+        if attempt() == 0 and not cfg["checkpoint"]["keep_existing"] and local_rank() == 0:
+            shutil.rmtree(self.folder, ignore_errors=True)  # a fresh run; a restart keeps what it finds
+        os.makedirs(self.folder, exist_ok=True)
+        dist.barrier()  # no rank lists the folder while rank 0 empties it
+        pl.seed_everything(cfg["seed"], verbose=False)
+
+        x_train, y_train, _, _ = digits_split(cfg["data"], cfg["seed"])
+        train_dl = DataLoader(TensorDataset(x_train, y_train), batch_size=cfg["data"]["batch_size"], shuffle=True)
+        module = ResumeModule(cfg["lr"])
+        strategy = DDPStrategy(process_group_backend=self.rank.plan["backend"],
+                               timeout=timedelta(seconds=cfg["timeout"]["collective_s"]))
+        # save_top_k: every epoch's file, or the newest keep_last of them (Lightning's "monitor the step" recipe)
+        rotation = {"save_top_k": self.keep, "monitor": "step", "mode": "max"} if self.keep else {"save_top_k": -1}
+        saver = ResumeCheckpoint(self.faults, dirpath=self.folder, every_n_epochs=1, save_on_train_epoch_end=True,
+                                 save_last="link" if self.use_pointer else True, **rotation)
+        trainer = pl.Trainer(accelerator=self.rank.device.type, devices=cfg["world_size"] // cfg["nnodes"],
+                             num_nodes=cfg["nnodes"], strategy=strategy,
+                             callbacks=[saver, ResumeCallback(self.rank, self)],
+                             plugins=[ResumeCheckpointIO(self.rank, self)], enable_progress_bar=False,
+                             enable_model_summary=False, logger=False, max_epochs=cfg["epochs"],
+                             num_sanity_val_steps=0)
+
+        try:
+            trainer.fit(module, train_dl, ckpt_path=self.ckpt_path())
+        except SyncFailed:
+            raise RuntimeError("a sync failed (recorded)") from None
+        except Recorded:
+            raise
+        except Exception as e:  # recorded, then the rank dies: torch elastic restarts the group
+            self.events.record("train_error", epoch=trainer.current_epoch, **error_fields(e))
+            say(f"trainer.fit failed: {type(e).__name__}: {e}")
+            raise
+        finally:
+            FaultyFileSystem.listing = None
+        self.events.record("train_end")
+        # its parameters, which DDP keeps equal on every rank; BatchNorm's statistics are each rank's last batch's
+        self.events.record("final", digest=weights_digest(dict(module.named_parameters())))
+
+    def ckpt_path(self):
+        """What fit is given: "last" as shipped (every rank finds it, through the listing seam); with agreed, the
+        file rank 0 finds by Lightning's own rule, the same on every rank (None: a fresh start everywhere)."""
+        if self.fix == "agreed":
+            return rank0_decides(self.events, self.newest_last)
+        FaultyFileSystem.listing = self.see
+        return "last"
+
+    def see(self, folder: str, paths: list) -> list:
+        """The listing of the checkpoint folder as this rank sees it: its last*.ckpt, oldest first by modification
+        time, through faults.listing (stale_listing hides the newest from every rank but 0 after a restart)."""
+        if os.path.normpath(folder) != os.path.normpath(self.folder):
+            return paths
+        last = sorted((p for p in paths if LAST.match(os.path.basename(p))), key=modified)
+        seen = self.faults.listing(last)
+        self.listed = [os.path.basename(p) for p in seen]
+        return [p for p in paths if p in seen or not LAST.match(os.path.basename(p))]
+
+    def newest_last(self):
+        """agreed, on rank 0: Lightning's rule for ckpt_path="last" (the newest last*.ckpt by modification time,
+        checkpoint_connector._parse_ckpt_path) over its own listing; None when there is none."""
+        seen = self.see(self.folder, [os.path.join(self.folder, n) for n in os.listdir(self.folder)])
+        last = [p for p in seen if LAST.match(os.path.basename(p))]
+        return max(last, key=modified) if last else None
+
+
+def modified(path: str) -> float:
+    """A checkpoint's modification time as Lightning's fs.modified has it: fsspec's info follows a symlink, so a
+    last.ckpt link (save_last="link") has the time of the file it names."""
+    return os.stat(path).st_mtime
+
+
+def fit_and_resume(rank: Rank):
+    """workload=resume: Lightning's own resume, fit(ckpt_path="last") at the start of every attempt."""
+    LightningResume(rank).run()

@@ -1,0 +1,281 @@
+"""transformers: the Trainer keeps the best checkpoint with TrainingArguments(load_best_model_at_end=True,
+metric_for_best_model="accuracy") and loads it when train() ends, as shipped (5.23.0), on CPU ranks over
+the gloo group that train/worker.py created (accelerate finds it and uses it).
+
+What the Trainer does, every epoch: evaluate (the metric, shaped by the scenario), then _save_checkpoint:
+`save_model` (the writer: global rank 0, or each node's local rank 0 with save_on_each_node) writes
+checkpoint-<step>/model.safetensors, `dist.barrier()`, then each rank on its own sets
+state.best_model_checkpoint if that folder exists on ITS disk. When train() ends, `_load_best_model`
+(private, no barrier of its own) reads model.safetensors from best_model_checkpoint on every rank; a
+missing file only logs "Could not locate the best model", and the rank keeps its training weights.
+
+The seams used (all public):
+  RaceTrainer.save_model   every rank, right before the barrier: fault before_last_save, the sync_enter
+  the writer's bytes       safetensors.torch.save_file is swapped inside save_model only (see write_seam):
+                           the same bytes reach the file through faults.write (torn, save_fails)
+  on_save                  after the barrier: sync_exit
+  on_log(train_runtime)    the Trainer's last log before _load_best_model: train_end, fault before_load,
+                           load_attempt{path, bytes} of the file this rank is about to read
+  on_train_end             after the load: what it read (load_done / load_error), the fixes that act there
+  a logging.Handler        on transformers.trainer: the warning the Trainer gives instead of an error
+
+What could only be seen from outside, after the fact: the Trainer's read itself. load_done's digest is of
+the file read again with safetensors (no foreign code) in on_train_end, and the model's digest then says
+whether the Trainer loaded it; a missing file is known from the Trainer's warning and from exists() on
+this rank's disk. The Trainer writes a checkpoint every epoch; save_start/save_end are recorded for the
+saves that hold a new best (the checkpoint it will load at the end), so "the last save" of
+train/outcomes.py is the best checkpoint, and save_error for any failed save.
+
+Fixes (cfg["callback"]["name"]):
+  as_shipped          TrainingArguments as documented, nothing else
+  save_on_each_node   TrainingArguments(save_on_each_node=True): each node's local rank 0 writes (#12421)
+  broadcast           on_train_end: rank 0 reads its best file, every rank takes those weights (fixes.broadcast_read)
+  agreed              a failed save is recorded and training goes on; before the load rank 0 decides for every
+                      rank whether to load (fixes.agree); not loading = best_model_checkpoint None on every rank
+
+Measured, and why: small_cnn's BatchNorm running statistics differ between the DDP ranks after every epoch (each
+rank updates them on its own batches; the Trainer evaluates the unwrapped model, so DDP never evens them out
+before a save). So save_on_each_node's two copies differ (each node loads its own: race), and ranks that all
+skip the load (agreed on save_fails) still end apart (race, not save_failed). Only a read of ONE file by every
+rank (a shared filesystem, or broadcast) ends with equal replicas.
+"""
+import logging
+import os
+
+import numpy as np
+import safetensors.torch
+from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers.utils import logging as hf_logging
+
+from train.fixes import LoadFailedOnRank0, SyncFailed, agree, broadcast_read
+from train.toolkit.rank import Rank, checkpoint_dir, last_epoch, local_rank, named_class, say
+from train.toolkit.model import digits_split
+from train.toolkit.errors import error_fields
+from train.frameworks.transformers.model import Classifier, WEIGHTS, digest, epoch_of, examples, remove_contents
+
+
+FIXES = ("as_shipped", "save_on_each_node", "broadcast", "agreed", "own")
+
+
+class WarningSeen(logging.Handler):
+    """Keeps the Trainer's warnings (transformers.trainer's logger) to tell what it did instead of raising."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+class RaceTrainer(Trainer):
+    """The Trainer with the faults and events at save_model, its public seam on every rank."""
+
+    def __init__(self, *args, rank: Rank, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rank, self.save_ok, self.phase = rank, None, "train"  # phase: where an error out of train() came from
+
+    def save_model(self, output_dir=None, _internal_call=False):
+        if not _internal_call:  # a user's own save_model call: nothing of ours
+            return super().save_model(output_dir, _internal_call)
+        last = epoch_of(self.state) == last_epoch(self.rank.cfg)
+        if last:
+            self.rank.faults.before_last_save()
+        self.phase = "save"
+        with write_seam(self, last):
+            super().save_model(output_dir, _internal_call)
+        self.phase = "barrier"  # next in _save_checkpoint: dist.barrier(), then each rank's exists()
+        self.rank.events.record("sync_enter", how="barrier")
+
+
+class write_seam:
+    """While the Trainer's save_model runs, safetensors.torch.save_file (what Trainer._save calls on the
+    writer for a plain nn.Module) is swapped for one that writes the same bytes through faults.write, and
+    records the save. A public function of safetensors, swapped for one call on this rank only; without
+    it the write point is lost (scenario=torn's mid-write stall, save_fails' OSError) and those scenarios
+    would be not_for transformers."""
+
+    def __init__(self, trainer: RaceTrainer, last: bool):
+        self.trainer, self.last = trainer, last  # last: the last epoch's save
+
+    def __enter__(self):
+        self.original = safetensors.torch.save_file
+        safetensors.torch.save_file = self.save_file
+
+    def __exit__(self, *exc):
+        safetensors.torch.save_file = self.original
+
+    def save_file(self, tensors, filename, metadata=None):
+        trainer, events = self.trainer, self.trainer.rank.events
+        state, epoch = trainer.state, epoch_of(trainer.state)
+        best = state.best_global_step == state.global_step  # this checkpoint is the one it will load at the end
+        if best:
+            events.record("save_start", epoch=epoch, path=str(filename))
+        data = safetensors.torch.save(tensors, metadata=metadata)  # save_file's bytes
+        try:
+            with open(filename, "wb") as f:
+                trainer.rank.faults.write(f, data, self.last)
+        except OSError as e:
+            trainer.save_ok = False
+            events.record("save_error", epoch=epoch, **error_fields(e))
+            say(f"Save failed: {type(e).__name__}: {e}")
+            if trainer.rank.cfg["callback"]["name"] == "agreed":
+                return  # the fix: recorded, training goes on, the ranks agree before the load
+            raise  # as shipped: the error leaves train()
+        trainer.save_ok = trainer.save_ok is not False
+        if best:
+            events.record("save_end", epoch=epoch, path=str(filename), digest=digest(tensors), bytes=len(data))
+            say("Model saved.")
+
+
+class Observe(TrainerCallback):
+    """Events and faults at the Trainer's callbacks, and the fixes that act at the end."""
+
+    def __init__(self, trainer: RaceTrainer, warnings: WarningSeen):
+        self.trainer, self.warnings = trainer, warnings
+        self.rank, self.events, self.fix = trainer.rank, trainer.rank.events, trainer.rank.cfg["callback"]["name"]
+        self.attempt = None  # (path, existed) of the file this rank's Trainer was about to read
+
+    def on_save(self, args, state, control, **kwargs):
+        self.trainer.phase = "train"
+        self.events.record("sync_exit", how="barrier")  # after the barrier and the rest of _save_checkpoint
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if "train_runtime" not in (logs or {}):
+            return  # only the log that train() writes right before _load_best_model
+        self.events.record("train_end")
+        say("Attempting to load model.")
+        if self.fix == "agreed" and not self.agreed(state):
+            state.best_model_checkpoint = None  # the Trainer loads only when it has one: every rank skips
+            return
+        self.rank.faults.before_load()
+        self.trainer.phase = "load"
+        if self.fix == "broadcast":
+            return  # the Trainer's own read on each rank is replaced by rank 0's, in on_train_end
+        if state.best_model_checkpoint is None:
+            self.events.record("skip", reason="the Trainer had no best_model_checkpoint on this rank (the best "
+                               "checkpoint's folder was not on its disk), so it loaded nothing")
+            say("No best checkpoint on this rank: the Trainer does not load.")
+            return
+        path = os.path.join(state.best_model_checkpoint, WEIGHTS)
+        size = os.path.getsize(path) if os.path.exists(path) else None
+        self.events.record("load_attempt", path=path, bytes=size)
+        self.attempt = path
+
+    def agreed(self, state) -> bool:
+        def decide():
+            best = state.best_model_checkpoint
+            if self.trainer.save_ok is False:
+                return False, "rank 0's save failed"
+            if best is None or not os.path.exists(os.path.join(best, WEIGHTS)):
+                return False, "rank 0 has no best checkpoint"
+            return True, ""
+
+        return agree(self.events, decide)
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        self.trainer.phase = "done"
+        if self.fix == "broadcast":
+            self.broadcast(state)
+        elif self.attempt:
+            self.record_trainer_read()
+
+    def record_trainer_read(self):
+        """What the Trainer's _load_best_model did on this rank, seen from outside, after it."""
+        located = [m for m in self.warnings.messages if "Could not locate the best model" in m]
+        if located or not os.path.exists(self.attempt):
+            said = located[0][:200] if located else f"no {self.attempt} on this rank's disk"
+            self.events.record("load_error", error_type="FileNotFoundError",
+                               message=f"the Trainer only warned and kept its training weights (\"{said}\")")
+            say("The Trainer could not locate the best model: it only warned and kept the training weights.")
+            return
+        read = safetensors.torch.load_file(self.attempt)
+        self.events.record("load_done", path=self.attempt, digest=digest(read))
+        say("Loaded model.")
+
+    def broadcast(self, state):
+        """The fix: rank 0 reads its best checkpoint, every rank ends on those weights."""
+        def read():
+            path = os.path.join(state.best_model_checkpoint or "<no best checkpoint>", WEIGHTS)
+            self.events.record("load_attempt", path=path, bytes=os.path.getsize(path) if os.path.exists(path)
+                               else None)
+            return safetensors.torch.load_file(path)
+
+        try:
+            weights = broadcast_read(self.events, read)
+        except SyncFailed:
+            return
+        except LoadFailedOnRank0 as e:
+            self.events.record("load_error", **error_fields(e))
+            return
+        self.trainer.model.load_state_dict(weights)
+        self.events.record("load_done", digest=digest(weights))
+        say("Loaded model.")
+
+
+def fit_and_load(rank: Rank):
+    cfg = rank.cfg
+    folder = checkpoint_dir(cfg)
+    if not cfg["checkpoint"]["keep_existing"] and local_rank() == 0:
+        remove_contents(folder)  # an earlier run's checkpoints; the folder itself may be a node's mount
+    set_seed(cfg["seed"])
+    x_train, y_train, x_valid, y_valid = digits_split(cfg["data"], cfg["seed"])
+    batch, fix = cfg["data"]["batch_size"], cfg["callback"]["name"]
+    assert fix in FIXES, f"callback={fix} has no seam in the transformers adapter (configs/framework/transformers.yaml)"
+    args = TrainingArguments(
+        output_dir=folder, eval_strategy="epoch", save_strategy="epoch", load_best_model_at_end=True,
+        metric_for_best_model="accuracy", greater_is_better=True, num_train_epochs=cfg["epochs"],
+        learning_rate=cfg["lr"], per_device_train_batch_size=batch, per_device_eval_batch_size=batch,
+        use_cpu=rank.device.type == "cpu", report_to=[], disable_tqdm=True, logging_strategy="no",
+        ddp_backend=rank.plan["backend"], seed=cfg["seed"],
+        ddp_find_unused_parameters=False,  # every parameter is used (quiets DDP's warning)
+        save_on_each_node=fix == "save_on_each_node",  # the Trainer's own option (#12421)
+        # save_only_model stays False: with it a rank that writes nothing never sees the best checkpoint's
+        # folder (the RNG state each rank saves creates it), so it would not even try the load
+    )
+    trainer = None
+
+    def accuracy(prediction) -> dict:
+        value = float((np.argmax(prediction.predictions, axis=-1) == prediction.label_ids).mean())
+        return {"accuracy": rank.faults.shape_metric(value, epoch_of(trainer.state))}
+
+    own = named_class(cfg["callback"]["_target_"]) if fix == "own" else None  # a class of yours (callback=own)
+    trainer_class = RaceTrainer if own is None or not issubclass(own, Trainer) else \
+        type(f"Race{own.__name__}", (RaceTrainer, own), {})  # RaceTrainer's calls to super() reach yours first
+    trainer = trainer_class(model=Classifier(), args=args, train_dataset=examples(x_train, y_train),
+                            eval_dataset=examples(x_valid, y_valid), compute_metrics=accuracy, rank=rank)
+    if own is not None and issubclass(own, TrainerCallback):
+        trainer.add_callback(own())
+    warnings = WarningSeen()
+    trainer_logger = hf_logging.get_logger("transformers.trainer")
+    trainer_logger.addHandler(warnings)
+    trainer.add_callback(Observe(trainer, warnings))
+    rank.events.record("fit_start", train_batches=len(trainer.get_train_dataloader()),
+                       node_local=cfg["checkpoint"]["node_local"])
+    try:
+        trainer.train()
+    except Exception as e:
+        if not observed_failure(trainer, e):
+            raise
+        if trainer.phase == "save":  # as shipped, the Trainer raised the save's error: the rank goes with it
+            rank.events.record("final", digest=digest(trainer.model.state_dict()))
+            raise
+    finally:
+        trainer_logger.removeHandler(warnings)
+    rank.events.record("final", digest=digest(trainer.model.state_dict()))
+
+
+def observed_failure(trainer: RaceTrainer, e: Exception) -> bool:
+    """Record an error out of train() by where it came from; False: not ours to explain (it is raised)."""
+    events = trainer.rank.events
+    if trainer.phase == "barrier":  # the barrier after a save: a peer died or never came
+        events.record("sync_error", how="barrier", **error_fields(e))
+        say(f"barrier failed: {type(e).__name__}: {e}")
+    elif trainer.phase == "load":  # the Trainer's read raised (an unreadable file)
+        events.record("load_error", **error_fields(e))
+        say(f"Load failed: {type(e).__name__}: {e}")
+    elif trainer.phase == "save":
+        events.record("skip", reason="the Trainer raised its save's error out of train(), so it never loaded")
+    else:
+        return False
+    return True

@@ -1,0 +1,144 @@
+"""A load-best run's verdict in words: what each rank did, and why that makes the verdict."""
+from train.judge.vocabulary import ONLY_WARNED, _last, _ranks, _secs, _span, saves, short
+
+
+def replicas(outcomes: list) -> str:
+    digests = [o.final_digest for o in outcomes]
+    if not all(digests):
+        return "unknown"
+    return "agree" if len(set(digests)) == 1 else "diverged"
+
+
+def _diverged_part(outcomes) -> str:
+    by_digest = {}
+    for o in outcomes:
+        by_digest.setdefault(o.final_digest, []).append(o.rank)
+    groups = sorted(by_digest.values())
+    return "the replicas diverged: " + " vs ".join(_ranks(g) for g in groups) + " end with different weights"
+
+
+def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
+    """One sentence on what happened, worst news first."""
+    by = {}
+    for o in outcomes:
+        by.setdefault(o.outcome, []).append(o)
+    written = saves(events)
+    saver = f"rank {written[-1]['rank']}" if written else "the saving rank"
+    save_error = _last(events, "save_error")
+
+    if verdict == "interrupted":
+        sig = next((e for e in events if e["event"] == "signal"), None)  # the first: what stopped the run
+        return f"interrupted: the run was stopped{' by ' + sig['name'] if sig else ''} before it ended; no verdict"
+    if verdict == "error":
+        launch_error = _last(events, "launch_error")
+        if launch_error:
+            return f"error: the launch failed ({launch_error['error_type']}: {launch_error['message']})"
+        failed = by.get("error", [])
+        where = lambda o: f"; traceback in {o.log}" if o.log else ""  # noqa: E731
+        return "error: " + "; ".join(f"rank {o.rank} failed ({o.detail}{where(o)})" for o in failed)
+    if verdict == "save_failed":
+        return (f"save_failed: rank 0's save failed ({save_error['error_type']}: {short(save_error['message'])}); "
+                "every rank agreed not to load and all hold the same weights")
+
+    def early(group):
+        leads = [-o.timings["load_after_save_end"] for o in group if "load_after_save_end" in o.timings]
+        return leads if leads and min(leads) > 0 else None
+
+    parts = []
+    if save_error:
+        parts.append(f"rank 0's save failed ({save_error['error_type']}: {short(save_error['message'])})")
+    for name in ("missing", "corrupt", "unsafe", "stale"):
+        group = by.get(name, [])
+        if not group:
+            continue
+        leads = early(group)
+        what = {"missing": "tried to load", "corrupt": "read a partly written checkpoint",
+                "unsafe": "refused a checkpoint that holds code (weights_only=True)",
+                "stale": "loaded an older checkpoint"}[name]
+        if name == "stale":
+            what += f" ({group[0].detail.removeprefix('loaded ')})"
+        not_here = _not_on_this_node(events, group, written[-1]) if name == "missing" and written else ""
+        when = f" {_span(leads)} before {saver} finished saving" if leads and name != "unsafe" and not not_here else \
+            (" and no save finished" if not written and name == "missing" else "")  # not on its disk: never
+        why = f" ({group[0].detail.split(':')[0]})" if name in ("missing", "corrupt") and group[0].detail else ""
+        if name == "missing" and ONLY_WARNED in group[0].detail:  # no error raised: say what the framework did
+            why = f" ({group[0].detail.split(' (')[0]})"
+        why += not_here
+        parts.append(f"{_ranks(o.rank for o in group)} {what}{when}{why}")
+    if by.get("skipped"):
+        parts.append(f"{_ranks(o.rank for o in by['skipped'])} skipped the load ({by['skipped'][0].detail})")
+    if by.get("timeout"):
+        waits = [o.timings["wait"] for o in by["timeout"] if "wait" in o.timings]
+        after = f" after {_span(waits)}" if waits else ""
+        parts.append(f"{_ranks(o.rank for o in by['timeout'])} timed out{after} ({by['timeout'][0].detail})")
+    for o in by.get("hung", []):
+        parts.append(f"rank {o.rank} hung ({o.detail}; ended at once, not at timeout.collective_s)")
+    if by.get("crashed"):
+        parts.append(f"{_ranks(o.rank for o in by['crashed'])} crashed on purpose")
+    if by.get("aborted"):
+        end = _last(events, "launch_end")
+        why = "by an interrupt" if end and end["status"] == "interrupted" else "after a peer failed"
+        parts.append(f"{_ranks(o.rank for o in by['aborted'])} stopped {why}")
+    if agreement == "diverged":
+        parts.append(_diverged_part(outcomes))
+    if verdict == "race":
+        return "race: " + "; ".join(parts)
+
+    others = [o for o in outcomes if not written or o.rank != written[-1]["rank"]]
+    after = [o.timings["load_after_save_end"] for o in others if "load_after_save_end" in o.timings]
+    tail = f"; {_ranks(o.rank for o in others)} started loading {_span(after)} after the save ended" \
+        if others and after and min(after) >= 0 else ""
+    traps = _traps(events, written)
+    avoided = f". The trap it avoided: {'; '.join(traps)}" if traps else ""
+    return f"clean: every rank loaded the last checkpoint {saver} wrote{tail}{avoided}"
+
+
+def _node(events, rank):
+    start = next((e for e in events if e["rank"] == rank and e["event"] == "rank_start"), None)
+    return start.get("node", 0) if start else 0
+
+
+def _not_on_this_node(events, group, last_save) -> str:
+    """Why ranks that read after the save ended found no file: the file is on another node's own disk."""
+    saved_on = _node(events, last_save["rank"])
+    elsewhere = sorted({_node(events, o.rank) for o in group} - {saved_on})
+    local = any(e["event"] == "fit_start" and e.get("node_local") for e in events)
+    if not (elsewhere and local):
+        return ""
+    nodes = ", ".join(f"node {n}" for n in elsewhere)
+    return f": the file is on node {saved_on}'s own disk; {nodes}'s disk has none"
+
+
+def _traps(events, written) -> list:
+    """What in this run would have made a rank read the wrong thing, from the faults' own events."""
+    traps = []
+    for e in events:
+        if e["event"] == "skew_start" and e.get("at") == "mid_write":
+            traps.append(f"rank {e['rank']} stalled {_secs(e['seconds'])} s halfway through writing the checkpoint, "
+                         "so it existed half-written")
+        elif e["event"] == "skew_start":
+            traps.append(f"rank {e['rank']} was {_secs(e['seconds'])} s late at its last save")
+    older = [w for w in written if w.get("epoch", 0) < written[-1].get("epoch", 0)]
+    if older:
+        traps.append(f"an older checkpoint (epoch {older[-1]['epoch']}) was there to read before the last one")
+    if any(e["event"] == "rank_misdetected" for e in events):
+        traps.append("every process believed it was rank 0 at the last save")
+    nodes = {_node(events, r) for r in {e["rank"] for e in events if e["event"] == "rank_start"}}
+    if len(nodes) > 1 and any(e["event"] == "fit_start" and e.get("node_local") for e in events):
+        traps.append("each node has its own disk, so a file written on one is not on the others")
+    waits = [e for e in events if e["event"] == "sync_exit"]
+    if traps and waits:
+        longest = max(waits, key=lambda e: _wait_of(events, e))
+        how = SYNC_WAITS.get(longest["how"], f"in its {longest['how']}")
+        traps.append(f"rank {longest['rank']} waited {_secs(_wait_of(events, longest))} s {how}")
+    return traps
+
+
+SYNC_WAITS = {"barrier": "at the barrier", "file": "for the file", "agree": "for rank 0's decision",
+              "broadcast": "for rank 0's broadcast of the weights"}
+
+
+def _wait_of(events, sync_exit) -> float:
+    entered = [e["t"] for e in events if e["rank"] == sync_exit["rank"] and e["event"] == "sync_enter"
+               and e["t"] <= sync_exit["t"]]
+    return sync_exit["t"] - max(entered) if entered else 0.0

@@ -1,0 +1,162 @@
+"""The resume verdict (workload=resume): each rank's resumes against the newest complete checkpoint, and how the run ended."""
+from train.judge.vocabulary import RankOutcome, Verdict, _last, _launch_status, classify_load_error, file_name, load_error_sentence, saves, short
+from train.judge.load_best import rank_timings
+from train.judge.explain import replicas
+
+
+# --- the resume loop (framework=torch_loop): restarts, and the checkpoint each attempt resumed from ------------
+
+FAILURE_EVENTS = ("crash", "load_error", "rotate_error", "train_error", "sync_error")
+
+
+def _attempt(e) -> int:
+    return e.get("attempt", 0)
+
+
+def newest_complete(events, t: float):
+    """The newest save that had ended by time t (its save_end), or None."""
+    ended = [e for e in saves(events) if e["t"] <= t]
+    return max(ended, key=lambda e: e.get("step", 0), default=None)
+
+
+def resume_record(events, resume: dict) -> dict:
+    """One resume against the newest complete checkpoint at that moment: steps_lost > 0 were redone (it resumed
+    older), < 0 skipped (it resumed from a step no complete save had reached)."""
+    newest = newest_complete(events, resume["t"])
+    newest_step = newest["step"] if newest else 0
+    out = {"attempt": _attempt(resume), "step": resume["step"], "path": resume.get("path"),
+           "newest_complete": newest["path"] if newest else None, "newest_step": newest_step,
+           "steps_lost": newest_step - resume["step"]}
+    same_step = [s for s in saves(events) if s["t"] <= resume["t"] and s.get("step") == resume["step"]]
+    out["torn"] = bool(resume.get("path")) and bool(same_step) and all(s["digest"] != resume["digest"]
+                                                                       for s in same_step)
+    return out
+
+
+def attempt_end(events, n: int, finished: bool) -> dict:
+    """How attempt n ended: finished, or the first failure in it (which rank, which file, what)."""
+    if finished:
+        return {"attempt": n, "ended": "finished"}
+    mine = [e for e in events if isinstance(e["rank"], int) and _attempt(e) == n]
+    failed = [e for e in mine if e["event"] in FAILURE_EVENTS]
+    if not failed:
+        return {"attempt": n, "ended": "died", "rank": None, "file": None, "what": "no rank recorded why"}
+    first = min(failed, key=lambda e: e["t"])
+    if first["event"] == "crash":
+        what = f"rank {first['rank']} killed with SIGKILL {first['at'].replace('_', ' ')} (planted)"
+    elif first["event"] == "load_error":
+        kind = classify_load_error(first["error_type"], first["message"], first.get("in_reader", False))
+        what = f"rank {first['rank']} could not resume from it ({kind}: {load_error_sentence(first['error_type'], first['message'])})"
+    elif first["event"] == "rotate_error":
+        what = f"rank {first['rank']} deleting it: {first['error_type']}: {short(first['message'])}"
+    else:
+        where = f"epoch {first['epoch']}" if "epoch" in first else f"its {first['how']}" if "how" in first \
+            else "training"
+        what = f"rank {first['rank']} in {where}: {first['error_type']}: {short(first['message'])}"
+    return {"attempt": n, "ended": "died", "rank": first["rank"], "file": first.get("path"), "what": what,
+            "error_type": first.get("error_type")}
+
+
+def resume_rank(rank: int, events: list, last: int, status, resumes: list) -> RankOutcome:
+    """One rank of a resume run: how its last attempt ended, else how its resumes stood."""
+    mine = [e for e in events if e["rank"] == rank]
+    now = [e for e in mine if _attempt(e) == last]
+    final = _last(now, "final")
+
+    def result(outcome, detail=""):
+        return RankOutcome(rank, outcome, detail, rank_timings(now, events), final["digest"] if final else "")
+
+    failed = _last(now, "load_error")
+    if failed:
+        kind = classify_load_error(failed["error_type"], failed["message"], failed.get("in_reader", False))
+        return result(kind, f"resuming from {failed.get('path')}: {load_error_sentence(failed['error_type'], failed['message'])}")
+    deleted = _last(now, "rotate_error")
+    if deleted:
+        kind = "missing" if deleted["error_type"] == "FileNotFoundError" else "error"
+        return result(kind, f"deleting {deleted['path']}: {deleted['error_type']}: {short(deleted['message'])}")
+    if _last(now, "crash"):
+        return result("crashed", "killed with SIGKILL where the scenario placed it")
+    worst = max(resumes, key=lambda r: (r["torn"], abs(r["steps_lost"]), r["attempt"]), default=None)
+    behind = ""
+    if worst and worst["steps_lost"] > 0:
+        behind = (f"resumed from step {worst['step']} in attempt {worst['attempt']}; the newest complete checkpoint "
+                  f"was step {worst['newest_step']}: {worst['steps_lost']} steps redone")
+    trained = _last(now, "train_error") or _last(now, "sync_error")
+    if trained:
+        if trained.get("timed_out"):
+            return result("timeout", "; ".join(x for x in (behind, f"then its {trained.get('how', 'all-reduce')} "
+                                                          "timed out waiting for a peer") if x))
+        return result("aborted", f"{trained['error_type']} when a peer died")
+    if final and status == "ok":
+        if worst and worst["torn"]:
+            return result("corrupt", f"resumed from {worst['path']}, weights no complete save wrote")
+        if worst and worst["steps_lost"] < 0:
+            return result("corrupt", f"resumed from step {worst['step']}, ahead of every complete save "
+                                     f"(step {worst['newest_step']}): {-worst['steps_lost']} steps skipped")
+        if behind:
+            return result("stale", behind)
+        return result("loaded", f"resumed from step {worst['step']}" if worst and worst["path"] else "")
+    return result("aborted", "stopped by torch elastic when a peer failed")
+
+
+def resume_judge(events: list, world_size: int) -> Verdict:
+    """The verdict of a resume loop's run: clean only when it finished, every rank resumed from the newest
+    complete checkpoint each time, and the replicas agree. A run that used up its restarts is never clean."""
+    status = _launch_status([e for e in events if e["rank"] == "launcher"])
+    ranked = [e for e in events if isinstance(e["rank"], int)]
+    attempts = sorted({_attempt(e) for e in ranked}) or [0]
+    last = attempts[-1]
+    resumes = {r: [resume_record(events, e) for e in ranked if e["rank"] == r and e["event"] == "resume"]
+               for r in range(world_size)}
+    outcomes = [resume_rank(r, events, last, status, resumes[r]) for r in range(world_size)]
+    # the replicas: the weights each rank resumed from, attempt by attempt, then what each ends with
+    split = []
+    for n in attempts:
+        read = {e["rank"]: e for e in ranked if e["event"] == "resume" and _attempt(e) == n}
+        if len({e["digest"] for e in read.values()}) > 1:
+            split.append({r: e["step"] for r, e in sorted(read.items())})
+    agreement = "diverged" if split else replicas(outcomes)
+    ends = [attempt_end(events, n, finished=n == last and status == "ok") for n in attempts]
+    run = "interrupted" if status == "interrupted" else "error" if status == "harness_error" else \
+        ("diverged" if agreement == "diverged" else "finished") if status == "ok" else "out_of_restarts"
+    record = {"run": run, "restarts": len(attempts) - 1, "attempts": ends,
+              "ranks": {str(r): resumes[r] for r in range(world_size)}, "diverged_at_resume": split}
+    kinds = {o.outcome for o in outcomes}
+    if status in ("interrupted", "harness_error") or "error" in kinds:
+        verdict = "interrupted" if status == "interrupted" else "error"
+    elif run == "finished" and kinds == {"loaded"} and agreement == "agree":
+        verdict = "clean"
+    else:
+        verdict = "race"
+    return Verdict(verdict, resume_explain(verdict, record, outcomes), agreement, outcomes, record)
+
+
+def resume_explain(verdict: str, record: dict, outcomes: list) -> str:
+    """One sentence: how each attempt ended, where each rank resumed from, and how the run ended."""
+    died = [a for a in record["attempts"] if a["ended"] == "died"]
+    deaths = "; ".join(f"attempt {a['attempt']} died on {file_name(a['file'])}: {a['what']}" for a in died)
+    if verdict in ("error", "interrupted"):
+        bad = [o for o in outcomes if o.outcome == "error"]
+        ended = {"error": "the launch failed before a rank said why", "interrupted": "stopped before it ended"}
+        return f"{verdict}: " + ("; ".join(f"rank {o.rank} failed ({o.detail})" for o in bad)
+                                 or ended[record["run"]])  # no rank's error: the launch failed, or a stop
+    parts = []
+    if record["run"] == "out_of_restarts":
+        n = len(record["attempts"])
+        parts.append(f"ran out of restarts after {n} attempt{'s' if n > 1 else ''} ({deaths})")
+    elif died:
+        parts.append(f"torch elastic restarted it {record['restarts']} time{'s' if record['restarts'] > 1 else ''} "
+                     f"({deaths})")
+    for split in record["diverged_at_resume"]:
+        steps = ", ".join(f"rank {r} from step {s}" for r, s in split.items())
+        parts.append(f"the replicas diverged from the first step: the ranks resumed from different checkpoints "
+                     f"({steps})")
+    bad = [o for o in outcomes if o.outcome != "loaded"]
+    parts += [f"rank {o.rank} {o.outcome} ({o.detail})" for o in bad if o.detail]
+    if verdict == "race":
+        return "race: " + "; ".join(parts)
+    last = [r[-1] for r in record["ranks"].values() if r]
+    steps = sorted({r["step"] for r in last})
+    where = f"every rank resumed from step {steps[0]}, the newest complete checkpoint, " if len(steps) == 1 and \
+        any(r["path"] for r in last) else ""
+    return "clean: " + "; ".join(parts + [f"{where}finished with agreeing replicas"])

@@ -1,0 +1,159 @@
+"""What each rank saw, and the run's verdict: pure functions over event records.
+
+Rank events (events/rank<N>.jsonl): rank_start{node}, fit_start{node_local}, skew_start{at}, skew_end,
+read_delay_start, read_delay_end, rank_misdetected, save_start, save_end{digest, bytes},
+save_error{error_type, message}, train_end, sync_enter{how}, sync_exit{how},
+sync_error{how, error_type, message, timed_out}, skip{reason}, load_attempt{bytes},
+load_done{digest}, load_error{error_type, message}, final{digest}, crash, interrupted{signal}, rank_end,
+hang{sync, n, waiting_for, peers: {rank: place}, certain_at} (train/hang.py: its collective sync could never
+end, because of where its peers were; the rank ended at once).
+Launcher events (events/launcher.jsonl): launch_start, rank_failed{failed_rank, exitcode,
+message, log}, signal{name}, launch_error{error_type, message},
+launch_end{status: ok | failed | interrupted | timeout | harness_error}.
+
+Each rank's outcome:
+  loaded   it holds the weights of the last save
+  skipped  it did not load: it looked and saw no file, or every rank agreed not to
+  stale    it loaded an older checkpoint (an earlier save, or a file this run never wrote)
+  missing  it tried to load and there was no file
+  corrupt  it read a partly written or unreadable file
+  unsafe   the file held code, and weights_only=True refused to run it
+  timeout  its sync waited past timeout.collective_s (or the run past timeout.run_s)
+  hung     its sync could never end: a peer it waited for had gone on to the end, or waited in another sync;
+           the rank was ended at once, not at the timeout (a race, not the harness's failure)
+  aborted  the launcher stopped it after a peer failed, or its sync broke when a peer died
+  crashed  it died where a scenario placed a crash (fault.crash_rank)
+  error    it failed for a reason outside the experiment: the harness's failure, not a race
+
+A run of the resume loop (framework=torch_loop: a loop_start event; every rank event has its `attempt`) is judged
+by resume_judge: each rank's resumes (resume{epoch, step, path, digest}) against the newest checkpoint whose save
+had ended before it (save_end{step, digest}), and the end of its last attempt; the run's `resume` record says
+whether it finished, ran out of restarts (each attempt: the file it died on), or ended on diverged replicas.
+  loaded   it finished, and every resume was from the newest complete checkpoint (or a fresh start with none)
+  stale    it resumed from an older checkpoint than the newest complete one: steps redone
+  corrupt  its resume read a torn file, or loaded weights no complete save wrote: steps skipped
+  missing  a file it read or deleted was not there (a peer deleted it first)
+  crashed  it was killed where the scenario placed the kill, in the last attempt
+
+The verdict:
+  clean        every rank holds the last checkpoint
+  race         ranks diverged, hung, crashed or read the wrong file
+  save_failed  the save failed and every rank agreed, so none loaded and all hold the same weights
+  error        the harness failed (a rank's own error, a launch that never ran): no verdict on the race
+  interrupted  the run was stopped (Ctrl-C, SIGTERM) before it ended: no verdict on the race
+"""
+import re
+from dataclasses import asdict, dataclass, field
+
+
+OUTCOMES = ("loaded", "skipped", "stale", "missing", "corrupt", "unsafe", "timeout", "hung", "aborted", "crashed",
+            "error")
+VERDICTS = ("clean", "race", "save_failed", "error", "interrupted")
+
+# What torch.load says about a partly written or unreadable file, and safetensors (at any cut of a file).
+_CORRUPT_TYPES = {"UnpicklingError", "EOFError", "BadZipFile"}
+_CORRUPT_TEXT = ("PytorchStreamReader", "zip archive", "central directory", "unexpected EOF", "truncated",
+                 "metadata read failed",  # dcp's .metadata
+                 "Error while deserializing header")  # safetensors, at any cut of a file
+_UNSAFE_TEXT = "Weights only load failed"
+# A missing file that the framework only warned about (transformers' Trainer): the adapter's load_error says so.
+ONLY_WARNED = "only warned"
+
+
+@dataclass
+class RankOutcome:
+    rank: int
+    outcome: str
+    detail: str = ""
+    timings: dict = field(default_factory=dict)  # seconds since launch_start
+    final_digest: str = ""  # the weights it ended the run with
+    log: str = ""  # where its traceback is, when it failed
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    explanation: str
+    replicas: str  # agree | diverged | unknown: do the ranks end with the same weights?
+    ranks: list
+    resume: dict = None  # a resume loop's run: its attempts and each rank's resumes (resume_judge)
+
+    def as_dict(self):
+        out = {"verdict": self.verdict, "explanation": self.explanation, "replicas": self.replicas,
+               "ranks": [asdict(r) for r in self.ranks]}
+        if self.resume is not None:
+            out["resume"] = self.resume
+        return out
+
+
+def _last(events, name):
+    found = [e for e in events if e["event"] == name]
+    return found[-1] if found else None
+
+
+def worst_status(statuses):
+    """The run's status from its launchers' (one per node): the worst of them."""
+    order = ("ok", "failed", "timeout", "harness_error", "interrupted")
+    return max(statuses, key=order.index, default=None)
+
+
+def _launch_status(launcher_events):
+    return worst_status(e["status"] for e in launcher_events if e["event"] == "launch_end")
+
+
+def saves(events) -> list:
+    """Every completed save of the run, oldest first."""
+    return [e for e in events if e["event"] == "save_end"]
+
+
+def is_corrupt_read(error_type: str, message: str) -> bool:
+    # torch 2.14's torch.load of the first half of a checkpoint raises OSError EINVAL
+    half_file = error_type == "OSError" and "Invalid argument" in message
+    return half_file or error_type in _CORRUPT_TYPES or any(s in message for s in _CORRUPT_TEXT)
+
+
+def classify_load_error(error_type: str, message: str, in_reader: bool = False) -> str:
+    """in_reader: raised while the file's bytes were decoded (train/frameworks/common.py's error_fields)."""
+    if error_type == "FileNotFoundError":
+        return "missing"
+    if error_type == "IsADirectoryError":  # a folder where the file should be: nothing readable
+        return "corrupt"
+    if _UNSAFE_TEXT in message:  # weights_only refused it: a global (code), or bytes that are no pickle at all
+        return "corrupt" if "Unsupported operand" in message else "unsafe"
+    if in_reader or is_corrupt_read(error_type, message):
+        return "corrupt"
+    return "error"
+
+
+def load_error_sentence(error_type: str, message: str) -> str:
+    """What a failed read says, even when the error itself says nothing (torch.load of an empty file:
+    EOFError with no message)."""
+    if short(message):
+        return f"{error_type}: {short(message)}"
+    if error_type == "EOFError":
+        return "EOFError: the file ended before a whole checkpoint (empty or cut short)"
+    return f"{error_type}, with no message"
+
+
+def short(message: str) -> str:
+    """The gist of an error message: no source-location prefix, first sentence only."""
+    message = re.sub(r"^\[[^\]]*[/:][^\]]*\]\s*", "", message)  # e.g. "[../gloo/pair.cc:534] "
+    return message.split(". ")[0][:120]
+
+
+def _ranks(ranks):
+    ranks = sorted(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+
+
+def _secs(x):
+    return f"{x:.1f}" if abs(x) >= 0.95 else f"{x:.2f}"
+
+
+def _span(values):
+    lo, hi = _secs(min(values)), _secs(max(values))
+    return f"{lo} s" if lo == hi else f"{lo}-{hi} s"
+
+
+def file_name(path) -> str:
+    return str(path).rsplit("/", 1)[-1] if path else "no file"

@@ -1,0 +1,187 @@
+"""Driving torch elastic: start the ranks with elastic_launch, stop them on a signal or the run's time limit, and record how each one failed."""
+import errno
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from train.launch.forkserver import ensure_forkserver
+from train.launch.nodes import rank_start_method
+from train.report.node_records import merged_here
+from train.events import EventLog
+from train.rank.entry import rank_main
+from train.torch_private import exit_barrier_within, name_rendezvous_events_cheaply, pace_rendezvous
+from train.launch.preflight import first_line
+
+
+SHUTDOWN_S = 1  # a rank the agent stops gets this long before SIGKILL (each leaves at once: train/rank.py)
+
+
+def failure_message(failure, log: Path = None) -> str:
+    """One line on how a rank died: its exception type and first line where it left one (the
+    traceback stays in its log), else its exit code or signal."""
+    if failure.error_file and os.path.isfile(failure.error_file):
+        message = failure.message
+        if isinstance(message, dict):  # torch elastic's error file: {"message": ..., "extraInfo": ...}
+            message = message.get("message", "")
+        lines = str(message).strip().splitlines()
+        if lines:
+            return lines[0][:300]
+    if failure.exitcode < 0:
+        return f"killed by {failure.signal_name()}"
+    raised = last_exception_line(log) if log else None
+    return raised or f"exit code {failure.exitcode}"
+
+
+def last_exception_line(log: Path):
+    """The `SomeError: message` line that ends a traceback in a rank's stderr log, if there is one."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = [line for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception|Interrupt)\b:?", line)]
+    return found[-1][:300] if found else None
+
+
+def failure_log(failure, run_dir: Path):
+    """The rank's stderr log (its traceback): beside its error file, else where torch elastic keeps
+    that local rank's logs in this run dir."""
+    if failure.error_file and os.path.isfile(failure.error_file):
+        return Path(failure.error_file).parent / "stderr.log"
+    found = sorted((run_dir / "logs").glob(f"*/attempt_*/{failure.local_rank}/stderr.log"))
+    return found[-1] if found else None
+
+
+def relative(path, run_dir: Path) -> str:
+    if path is None:
+        return ""
+    try:
+        return str(Path(path).relative_to(run_dir))
+    except ValueError:
+        return str(path)
+
+
+AGENT_LOG = "agent.log"  # torch elastic's own log lines, in the run dir's logs/
+
+
+class QuietFileHandler(logging.FileHandler):
+    """A log file whose record that cannot be written is dropped, not printed with a traceback: a second stop
+    signal (Ctrl-C to the group, then the SIGTERM passed on) raises SignalException inside the agent's own
+    warning about the first, while it is shutting down already."""
+
+    def handleError(self, record):
+        pass
+
+
+def log_agent_to(path: Path) -> logging.Handler:
+    """torch elastic's own warnings (a rank shut down, an exit barrier that lost its peer, with C++ stack
+    traces) go to a file in the run dir, not the console, which keeps to the run's own lines. Returns
+    the handler; closing it is the caller's."""
+    agent = logging.getLogger("torch.distributed.elastic")
+    for old in [h for h in agent.handlers if getattr(h, "race_lab", False)]:
+        agent.removeHandler(old)
+        old.close()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = QuietFileHandler(path, encoding="utf-8", delay=True)
+    handler.race_lab = True
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    agent.addHandler(handler)
+    agent.propagate = False
+    return handler
+
+
+def _raise_signal_exception(signum, frame):
+    raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
+
+
+def port_in_use(endpoint: str):
+    """A fixed rendezvous port on this host that another process holds: the reason, else None."""
+    host, _, port = endpoint.rpartition(":")
+    if int(port) == 0:
+        return None
+    try:
+        with socket.create_server((host, int(port))):
+            return None
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            return None  # not ours to bind (another host's address): the rendezvous will tell
+        return f"rdzv.endpoint={endpoint}: the port is already in use by another process"
+
+
+def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) -> str:
+    """Start the ranks and wait for them. Returns ok | failed | interrupted | timeout | harness_error.
+    Each rank's output goes to logs/ in the run dir, and with echo to the console too."""
+    nodes = cfg["nnodes"]
+    launch_cfg = LaunchConfig(
+        min_nodes=nodes, max_nodes=nodes, nproc_per_node=cfg["world_size"] // nodes, run_id=cfg["rdzv"]["id"],
+        rdzv_backend="c10d", rdzv_endpoint=cfg["rdzv"]["endpoint"],
+        rdzv_configs={"join_timeout": cfg["timeout"]["collective_s"], "read_timeout": cfg["timeout"]["collective_s"]},
+        max_restarts=cfg["launch"]["max_restarts"], monitor_interval=0.02, start_method=rank_start_method(cfg),
+        shutdown_timeout=SHUTDOWN_S,
+        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL,
+                                    tee=Std.ALL if echo else Std.NONE),
+        log_line_prefix_template="[rank ${rank}] ",  # the global rank, on every node
+    )
+    if launch_cfg.start_method == "forkserver":
+        # ranks fork from a server that has imported the framework once; later jobs of a sweep start in a
+        # blink. train/early.py may have started it already, with every framework the command line names.
+        # Started here (a side-by-side job's worker), it preloads the node agents' code too: a later
+        # two-node job of the worker forks them from it (train/nodes.py)
+        ensure_forkserver([cfg["framework"]["adapter"]], nodes_here=True)
+    taken = port_in_use(cfg["rdzv"]["endpoint"]) if nodes == 1 else None  # other nodes' agents use it too
+    exit_barrier_within(cfg["timeout"]["collective_s"])
+    pace_rendezvous(nodes, nodes > 1 and merged_here())
+    name_rendezvous_events_cheaply()
+    if taken:
+        events.record("launch_error", error_type="OSError", message=taken)
+        print(f"error: {taken}", file=sys.stderr, flush=True)
+        return "harness_error"
+    fired = threading.Event()
+
+    def stop_run():  # the agent turns SIGTERM into a shutdown of every rank
+        fired.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    # SIGINT (Ctrl-C) and SIGTERM (docker stop, Slurm, Kubernetes) stop the run as the agent does once ranks
+    # run, also while the rendezvous is still under way: one path, SignalException, for both
+    before = {s: signal.signal(s, _raise_signal_exception) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    watchdog = threading.Timer(cfg["timeout"]["run_s"], stop_run)
+    watchdog.daemon = True
+    watchdog.start()
+    agent_log = log_agent_to(run_dir / "logs" / AGENT_LOG)
+    try:
+        returned = elastic_launch(launch_cfg, rank_main)(cfg, asdict(plan), str(run_dir))
+        events.record("ranks_returned", ranks=sorted(returned))
+        return "ok"
+    except ChildFailedError as e:
+        for rank, failure in sorted(e.failures.items()):
+            log = failure_log(failure, run_dir)
+            events.record("rank_failed", failed_rank=rank, exitcode=failure.exitcode,
+                          message=failure_message(failure, log), log=relative(log, run_dir))
+        return "failed"
+    except SignalException as e:
+        if fired.is_set():
+            return "timeout"
+        events.record("signal", name=signal.Signals(e.sigval).name)
+        return "interrupted"
+    except Exception as e:  # the agent itself failed: rendezvous, forkserver, out of resources
+        events.record("launch_error", error_type=type(e).__name__, message=first_line(e))
+        traceback.print_exc(file=sys.stderr)
+        return "harness_error"
+    finally:
+        watchdog.cancel()
+        agent_log.close()
+        for s, handler in before.items():
+            signal.signal(s, handler)

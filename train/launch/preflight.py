@@ -1,0 +1,100 @@
+"""The checks before any rank starts (one line and exit 2 for what cannot work), and the moment a run dir is claimed: from then on errors are the run's, not the input's."""
+import os
+import shutil
+import tempfile
+import threading
+import urllib.request
+from pathlib import Path
+
+
+from train.config import ConfigError
+from train.launch import nodes
+from train.launch.own_class import check_own_class
+from train.launch.plan import make_plan
+
+
+EXIT_EXPECT_MISMATCH, EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED = 1, 2, 3, 130
+_started = threading.Event()  # set once a run dir is claimed: from then on errors are the run's, not the input's
+
+
+def started() -> bool:
+    return _started.is_set()
+
+
+def first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0][:300] if lines else ""
+
+
+def discard_run_dir(run_dir: Path):
+    """Remove what Hydra created for a run that never started; leave anything else alone."""
+    shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
+    for d in (run_dir, *run_dir.parents):  # and its parents that are now empty, up to the working dir
+        if d == Path.cwd() or not d.exists() or any(d.iterdir()):
+            break
+        d.rmdir()
+
+
+def check_data_reachable(data: dict):
+    """A data set that needs a download must be reachable before any rank starts."""
+    try:
+        if "url" not in data or Path(data["cache"]).expanduser().exists():
+            return
+    except (ValueError, OSError, RuntimeError) as e:  # a NUL byte, ~user that does not exist
+        raise ConfigError(f"data.cache={data['cache']!r}: not a usable path ({e})") from None
+    try:
+        urllib.request.urlopen(urllib.request.Request(data["url"], method="HEAD"), timeout=10).close()
+    except (OSError, ValueError) as e:
+        why = getattr(e, "reason", e)
+        raise ConfigError(f"data.url={data['url']!r}: cannot download {data['name']} ({why}); "
+                          "data=digits works offline") from None
+
+
+def preflight(cfg: dict, machine, reach_data: bool = True):
+    """Every check of a resolved config before any rank starts: the schema's ranges, the rules across keys
+    and the machine (train/plan.py), the node disks, a class of your own, the data. Returns the plan;
+    raises ConfigError with one line. checkpoint.dir becomes absolute."""
+    try:
+        cfg["checkpoint"]["dir"] = str(Path(cfg["checkpoint"]["dir"]).resolve())
+    except (ValueError, OSError, TypeError) as e:  # a NUL byte, a path the OS refuses, not a string
+        raise ConfigError(f"checkpoint.dir={cfg['checkpoint']['dir']!r}: not a usable path ({e})") from None
+    plan = make_plan(cfg, machine)
+    if cfg["checkpoint"]["keep_existing"]:  # a folder to read what is there (it may be read-only: saves then fail)
+        check_folder_readable("checkpoint.dir", Path(cfg["checkpoint"]["dir"]))
+    else:
+        check_folder_writable("checkpoint.dir", Path(cfg["checkpoint"]["dir"]))
+    nodes.node_disk_form(cfg)  # launch.node_disks=mount on a machine that cannot: refused here
+    if cfg["callback"]["name"] == "own":
+        check_own_class(cfg)
+    if reach_data:
+        check_data_reachable(cfg["data"])
+    return plan
+
+
+def check_folder_writable(key: str, folder: Path):
+    """A folder the run will write (creating it if need be): it, or the nearest folder above it that
+    exists, must be a folder this process may write."""
+    found = next(p for p in (folder, *folder.parents) if p.exists())
+    if not found.is_dir():
+        raise ConfigError(f"{key}={str(folder)!r}: {found} is a file, not a folder")
+    if not os.access(found, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key}={str(folder)!r}: cannot write in {found}")
+
+
+def check_folder_readable(key: str, folder: Path):
+    """A folder whose checkpoint the run reads (checkpoint.keep_existing): it must be a folder, or not be there."""
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{key}={str(folder)!r}: a file, not a folder")
+    found = next(p for p in (folder, *folder.parents) if p.exists())
+    if not found.is_dir():
+        raise ConfigError(f"{key}={str(folder)!r}: {found} is a file, not a folder")
+
+
+def check_writable(run_dir: Path):
+    """The run dir (Hydra made it) must take our files; say so in one line, not a traceback later. The probe
+    has a name of its own: the node launchers of launch.all_nodes_here share one run dir and probe it at once."""
+    try:
+        with tempfile.TemporaryFile(dir=run_dir, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"hydra.run.dir={run_dir}: cannot write there ({e.strerror})") from None

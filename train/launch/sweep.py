@@ -1,0 +1,283 @@
+"""Hydra callback for sweeps (-m): one line per job as it ends (the point, the verdict, its seconds),
+with a progress bar and an estimate of the time left when the console is a terminal; plain lines
+in a log or CI. Each job's timeline.png is drawn by a low-priority thread while the next job runs.
+After the last job it writes the sweep report and prints its table. Exits 1 at
+the end when a job had a bad config, crashed, or missed its `expect`; a job whose verdict is race
+is a result.
+
+Each rank's full output stays in its run dir (logs/, and the launcher's table in console.log);
+launch.echo_ranks=true prints it on the console too, as a single run does.
+
+Jobs side by side (hydra/launcher=jobs: hydra-joblib-launcher, each job in a loky worker process):
+the job hooks then run in the worker, on a copy of this callback. The worker writes what it knows of its
+job to <sweep dir>/.jobs/<num>.json; a thread of the sweep's own process reads those files as they
+come and prints the lines, draws the timelines and, after the last job, the report, as above.
+"""
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobStatus
+from hydra.experimental.callback import Callback
+
+
+HYDRA_LAUNCHER_LOGS = ("hydra._internal.core_plugins.basic_launcher",  # "Launching N jobs", "#k : point"
+                       "hydra_plugins.hydra_joblib_launcher._core")  # the same, side by side
+JOBS_DIR = ".jobs"  # in the sweep dir: one <num>.json per ended job, when jobs run side by side
+
+
+def count_jobs(task_overrides) -> int:
+    """How many jobs Hydra's basic sweeper makes of these command-line overrides."""
+    overrides = OverridesParser.create().parse_overrides(list(task_overrides))
+    return sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
+
+
+def job_line(k: int, total: int, point: str, verdict: str, seconds: float) -> str:
+    return f"[sweep] job {k} of {total}: {point}  {verdict}  {seconds:.1f} s"
+
+
+def progress_bar(done: int, total: int, seconds_left, width: int = 24) -> str:
+    filled = round(width * done / total) if total else width
+    left = "" if seconds_left is None else f"  ~{format_duration(seconds_left)} left"
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} jobs{left}"
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def draw_at_low_priority():
+    """The drawing thread yields the cores to the ranks (Linux sets a priority per thread)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
+
+
+def draw_once_launched(run_dir: Path, sweep_over: threading.Event) -> bool:
+    """A job's timeline, drawn once the next job has launched (its ranks then train and stall while
+    the launcher waits), so that it does not slow the launcher between jobs; or at the sweep's end."""
+    from train.launch.preflight import started
+    from train.report.timeline import draw_timeline
+
+    while not (started() or sweep_over.is_set()):
+        time.sleep(0.05)
+    return draw_timeline(run_dir)
+
+
+def draw_timeline_now(run_dir: Path) -> bool:
+    from train.report.timeline import draw_timeline
+
+    return draw_timeline(run_dir)
+
+
+def stop_workers(kill: bool = False):
+    """End joblib's worker processes now (loky keeps them 300 s for a next call): nothing of a sweep
+    may outlive it. kill: at once, not after their interpreter's teardown (an interrupt: their jobs
+    have ended and written their records). Without joblib (no side-by-side jobs ran), nothing to do."""
+    if "joblib" not in sys.modules:
+        return
+    from joblib.externals.loky import reusable_executor
+
+    workers = reusable_executor._executor  # loky's one pool (its public getter would make one; were the name
+    if workers is not None:  # gone, the workers would end on their own 300 s after the sweep)
+        workers.shutdown(wait=True, kill_workers=kill)
+
+
+STOP_FILE = "stop"  # in JOBS_DIR: the sweep was interrupted; a job that starts after it does not run
+
+
+def enter_worker():
+    """In a side-by-side job's worker, before its job: a session of its own, so that Ctrl-C at the
+    terminal reaches the sweep's process alone, which passes it on once to each worker (pass_on); and
+    the worker dies with the sweep's process, as ranks and forkservers do (train/early.py)."""
+    from train.process import end_with_parent
+
+    if os.getsid(0) != os.getpid():
+        os.setsid()
+        end_with_parent()
+
+
+def stopped(sweep_dir) -> bool:
+    """A side-by-side sweep that was interrupted: the jobs still queued end at once, without a run."""
+    return (Path(sweep_dir) / JOBS_DIR / STOP_FILE).exists()
+
+
+def pass_on(signum, sweep_dir: Path):
+    """The sweep's process got SIGINT or SIGTERM: queued jobs are not to run, and each worker (a session
+    leader of ours, see enter_worker) gets the signal once; their jobs stop as a single run does."""
+    (sweep_dir / JOBS_DIR).mkdir(parents=True, exist_ok=True)
+    (sweep_dir / JOBS_DIR / STOP_FILE).write_text(signal.Signals(signum).name + "\n")
+    import psutil
+
+    for child in psutil.Process().children():
+        try:
+            if os.getsid(child.pid) == child.pid:
+                child.send_signal(signum)
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            pass
+
+
+def job_verdict(output_dir, status: str) -> str:
+    """The verdict from the job's summary.json, and the job's status when it is not a plain result."""
+    summary = Path(output_dir) / "summary.json"
+    verdict = None
+    try:
+        verdict = json.loads(summary.read_text()).get("verdict")
+    except (OSError, ValueError):
+        pass
+    if verdict is None:
+        return status
+    return verdict if status in ("ok", "n/a") else f"{verdict} ({status})"
+
+
+def side_by_side(hydra_cfg) -> bool:
+    """The sweep's jobs run in worker processes (hydra/launcher=jobs), not in this one."""
+    return "joblib" in str(hydra_cfg.launcher.get("_target_", "")).lower()
+
+
+class SweepProgress(Callback):
+    total = None  # set when a sweep starts; a single run (no -m) leaves it None and is left alone
+    in_worker = False  # True in the copy that a side-by-side job's worker process gets
+
+    def __getstate__(self):
+        """The copy that goes to a worker with each side-by-side job: no threads, no open files."""
+        return {"total": self.total, "sweep_dir": getattr(self, "sweep_dir", None), "in_worker": True,
+                "echo": getattr(self, "echo", False), "tty": False}
+
+    def on_multirun_start(self, config, **kwargs):
+        self.total = count_jobs(config.hydra.overrides.task)
+        self.sweep_dir = Path(config.hydra.sweep.dir)
+        self.ended, self.failed, self.durations = 0, [], []
+        self.drawing, self.timelines = ThreadPoolExecutor(1, "timelines", draw_at_low_priority), {}
+        self.over = threading.Event()
+        self.echo = bool(config.get("launch", {}).get("echo_ranks", False))
+        self.tty = sys.stdout.isatty()
+        self.side_by_side = side_by_side(config.hydra)
+        if not self.echo:  # Hydra's own line per job would repeat ours
+            for name in HYDRA_LAUNCHER_LOGS:
+                logging.getLogger(name).setLevel(logging.WARNING)
+        jobs = ""
+        if self.side_by_side:
+            from joblib import effective_n_jobs  # -1: one per core
+
+            jobs = f", {effective_n_jobs(config.hydra.launcher.n_jobs)} at a time"
+        print(f"[sweep] {self.total} jobs into {self.sweep_dir}{jobs}", flush=True)
+        if self.side_by_side:
+            self.signal = None  # the signal that stopped the sweep
+            for signum in (signal.SIGINT, signal.SIGTERM):  # the jobs run elsewhere: pass it on, then wait
+                signal.signal(signum, self.stop)
+            self.returned = threading.Event()  # set once the launcher has returned
+            self.watcher = threading.Thread(target=self.watch_jobs, name="sweep-jobs", daemon=True)
+            self.watcher.start()
+
+    def stop(self, signum, frame):
+        if self.signal is None:
+            self.signal = signal.Signals(signum).name
+            pass_on(signum, self.sweep_dir)
+
+    def on_job_start(self, config, **kwargs):
+        if self.total is None:
+            return
+        if self.in_worker:
+            enter_worker()
+        self.job_started = time.monotonic()
+        point = " ".join(config.hydra.overrides.task)
+        k = config.hydra.job.num + 1
+        if self.echo:
+            print(f"\n[sweep] job {k} of {self.total}: {point}", flush=True)
+        elif self.tty and not self.in_worker:
+            self.draw_bar(f"  job {k}: {point}")
+
+    def on_job_end(self, config, job_return, **kwargs):
+        if self.total is None:
+            return
+        seconds = time.monotonic() - self.job_started
+        ok = job_return.status == JobStatus.COMPLETED
+        status = job_return.return_value if ok else "crashed"
+        ended = {"k": config.hydra.job.num + 1, "point": " ".join(config.hydra.overrides.task), "status": status,
+                 "seconds": seconds, "output_dir": config.hydra.runtime.output_dir}
+        if self.in_worker:  # the sweep's process prints it (watch_jobs)
+            from train.report.files import write_json_atomic
+
+            (self.sweep_dir / JOBS_DIR).mkdir(exist_ok=True)
+            write_json_atomic(self.sweep_dir / JOBS_DIR / f"{ended['k']}.json", ended)
+            return
+        self.job_ended(**ended)
+
+    def watch_jobs(self):
+        """Side by side: each job's line, as its worker's file comes, until the last job's (or the sweep
+        is over: a job that raised writes none)."""
+        seen, last_look = set(), False
+        while self.ended < self.total and not last_look:
+            last_look = self.returned.is_set()  # every worker has written its file by then
+            for path in sorted((self.sweep_dir / JOBS_DIR).glob("*.json"), key=lambda p: int(p.stem)):
+                if path.name not in seen:
+                    seen.add(path.name)
+                    self.job_ended(**json.loads(path.read_text()), draw_now=True)
+            self.returned.wait(0.1)
+
+    def job_ended(self, k: int, point: str, status: str, seconds: float, output_dir: str, draw_now=False):
+        """One job's line, its timeline drawn at low priority; after the last job, the report."""
+        self.ended += 1
+        self.durations.append(seconds)
+        if status not in ("ok", "n/a"):
+            self.failed.append(f"job {k} ({point}): {status}")
+        run_dir = Path(output_dir)
+        if draw_now:  # side by side: the sweep's process has nothing else to do
+            self.timelines[run_dir] = self.drawing.submit(draw_timeline_now, run_dir)
+        else:
+            self.timelines[run_dir] = self.drawing.submit(draw_once_launched, run_dir, self.over)
+        line = job_line(k, self.total, point, job_verdict(output_dir, status), seconds)
+        if self.tty and not self.echo:
+            sys.stdout.write("\r\033[K")  # the bar's line becomes the job's
+        print(line, flush=True)
+        if self.tty and not self.echo and self.ended < self.total:
+            self.draw_bar()
+        if self.ended == self.total and not self.side_by_side:  # here, not on_multirun_end, which Hydra
+            self.finish()  # skips when a job raised
+
+    def on_multirun_end(self, config, **kwargs):
+        """Side by side: the jobs are over; the watcher prints what it has not yet, then the report."""
+        if self.total is None or not getattr(self, "side_by_side", False):
+            return
+        stop_workers(kill=self.signal is not None)
+        self.returned.set()
+        self.watcher.join()  # it has read every job's file: the last written before the launcher returned
+        if self.signal:  # as a sweep in one process ends on an interrupt: no report, exit 130
+            print(f"\n[sweep] stopped by {self.signal}; the jobs that ran are in {self.sweep_dir}",
+                  file=sys.stderr, flush=True)
+            self.over.set()
+            sys.exit(130)
+        self.finish()
+
+    def seconds_left(self):
+        if not self.durations:
+            return None
+        return sum(self.durations) / len(self.durations) * (self.total - self.ended)
+
+    def draw_bar(self, running: str = ""):
+        bar = progress_bar(self.ended, self.total, self.seconds_left()) + running
+        sys.stdout.write("\r\033[K" + bar)
+        sys.stdout.flush()
+
+    def finish(self):
+        from train.report.runs import write_report
+
+        self.over.set()
+        self.drawing.shutdown(wait=True)
+        drawn = {run for run, done in self.timelines.items() if done.exception() is None and done.result()}
+        print("\n" + write_report(self.sweep_dir, drawn), flush=True)  # draws what the thread did not
+        if self.failed:
+            print(f"[sweep] {len(self.failed)} of {self.total} jobs did not give a result:\n  "
+                  + "\n  ".join(self.failed), file=sys.stderr)
+            sys.exit(1)

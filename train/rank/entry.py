@@ -1,0 +1,43 @@
+"""Each rank's entry point. It lives apart from the launcher so that a rank the forkserver forks,
+which unpickles this function by name, imports only this small module (the preload has it already),
+not train.launch.job with Hydra; and the launcher, which names it, never imports fastai."""
+import os
+import signal
+import threading
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from train.process import end_with_parent
+
+
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@record
+def rank_main(cfg: dict, plan: dict, run_dir: str) -> dict:
+    """One rank, from torch elastic's start to its return value (a top-level function, so spawn can import it)."""
+    end_with_parent()
+    stop_at_once_on_signal(run_dir)
+    from train.rank.worker import run_rank
+
+    return run_rank(cfg, plan, run_dir)
+
+
+def stop_at_once_on_signal(run_dir: str):
+    """Ctrl-C (SIGINT to the process group) or the agent's SIGINT/SIGTERM ends this rank at once, wherever
+    it is: in Python, a sleep, or a C++ barrier or store wait that a Python handler would not interrupt
+    until it returned (up to timeout.collective_s). The signals are blocked in every thread and taken by
+    one thread of their own, which records `interrupted` and leaves without running anything else: no
+    save, load or training step follows. Call it first, before any other thread exists."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    def take():
+        signum = signal.sigwait(STOP_SIGNALS)
+        try:
+            from train.events import EventLog
+
+            EventLog(run_dir, int(os.environ["RANK"])).record("interrupted", signal=signal.Signals(signum).name)
+        finally:
+            os._exit(128 + signum)
+
+    threading.Thread(target=take, name="stop-on-signal", daemon=True).start()

@@ -1,0 +1,43 @@
+"""Reading what runs wrote: find the run dirs under a dir, and read each one's summary.json (or say why it cannot be read)."""
+import json
+from pathlib import Path
+
+
+
+
+def load_summary(run_dir) -> dict:
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        raise SystemExit(f"error: {path} not found (not a finished run dir?)")
+    return json.loads(path.read_text())
+
+
+def find_runs(root: Path) -> list:
+    """Run dirs (each has .hydra/) at or below root, in job order; a node's own dir inside a run
+    (nodes/node<K>/, launch.all_nodes_here) is part of that run, not one of its own."""
+    found = {p.parent for p in root.rglob(".hydra") if p.is_dir()}
+    runs = [r for r in found if not any(parent in found for parent in r.parents)]
+
+    def order(run):
+        rel = run.relative_to(root).parts
+        head = rel[0].split("-")[0] if rel else ""
+        return (int(head) if head.isdigit() else -1, str(run))
+    return sorted(runs, key=order)
+
+
+def unreadable(e: BaseException) -> str:
+    """Why a record could not be used, in a few words."""
+    if isinstance(e, json.JSONDecodeError):
+        return "summary.json is not whole JSON"
+    if isinstance(e, FileNotFoundError):
+        return f"no {Path(e.filename).name if e.filename else 'file'}"
+    return f"{type(e).__name__}: {str(e)[:80]}"
+
+
+def read_summary(run: Path):
+    """summary.json as a dict, or None where there is none, or one cut short (a crash while writing)."""
+    try:
+        summary = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) and {"config", "status", "verdict", "ranks"} <= set(summary) else None
