@@ -2,7 +2,7 @@
 beside it; every other rank waits until the marker exists, then loads (the signal file of Composer#2071,
 NeMo's marker in #7952). No collective: ranks never wait for each other, only for the file.
 
-race-lab's own fixes are subclasses of train.frameworks.fastai.callbacks.RaceSaveModelCallback, a fastai SaveModelCallback
+race-lab's own fixes are subclasses of train.callbacks.RaceSaveModelCallback, a fastai SaveModelCallback
 that owns the save, the sync and the load; a class of your own overrides the same three steps:
   write(data, last)   put the checkpoint's bytes on disk (call self.faults.write so scenarios can
                       stall or fail it halfway)
@@ -11,7 +11,7 @@ that owns the save, the sync and the load; a class of your own overrides the sam
 What it shows: the marker holds for a late or a slow writer (seed, torn), but an older checkpoint's marker
 is already there when the last save is late (stale), so readers load the older weights.
 """
-from train.frameworks.fastai.callbacks import RaceSaveModelCallback
+from train.callbacks import RaceSaveModelCallback
 from train.fixes import wait_for_file
 
 
