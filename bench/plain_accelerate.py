@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 
 def digits(seed, classes=(3, 7), valid_pct=0.2):
-    """The harness's split (train/frameworks/common.py digits_split), as two data sets."""
+    """The harness's split (train/toolkit/ digits_split), as two data sets."""
     x, y = load_digits(return_X_y=True)
     keep = np.isin(y, classes)
     x = torch.tensor(x[keep] / 16.0, dtype=torch.float32).reshape(-1, 1, 8, 8)

@@ -6,7 +6,7 @@ What a user would write with fastai alone: each rank builds the digits (3 vs 7) 
 Learner, trains with fit_one_cycle in `distrib_ctx`, rank 0 saves after every epoch and sleeps --skew
 seconds before the last save, and every rank then loads the best file without waiting (unsynced, the
 seed's race). No Hydra, no events, no summary. It carries only the three adaptations fastai needs to
-run DDP on CPU ranks over gloo (see train/fastai_gloo.py), written out here so it stands alone.
+run DDP on CPU ranks over gloo (see train/frameworks/fastai/gloo.py), written out here so it stands alone.
 `python -m train.bench` runs it alternately with `python -m train` and reports the ratio.
 """
 import argparse

@@ -1,6 +1,6 @@
 """Print what an image was built from, as JSON: written to /etc/race-lab/image.json by docker/Dockerfile.
 
-train/summary.py copies that file into every summary.json (environment.image), so a run can say which
+train/report/environment.py copies that file into every summary.json (environment.image), so a run can say which
 image, commit and lock it came from. The lock's hash is computed here from the lock that was installed;
 LOCK_SHA256, when given as a build arg, must agree with it (the OCI label carries the build arg).
 

@@ -1,6 +1,6 @@
 """Accelerate's own resume (workload=resume, issue 15), framework=accelerate, with real gloo ranks (world_size=2),
 real SIGKILLs and torch elastic's own restarts: save_state() with automatic_checkpoint_naming every epoch, and
-load_state() at the start of every attempt (train/frameworks/accelerate_resume.py). What was measured:
+load_state() at the start of every attempt (train/frameworks/accelerate/resume.py). What was measured:
 
 - crash_mid_save, as shipped: rank 0 is killed halfway through checkpoint_1/model.safetensors; load_state() takes
   the highest checkpoint_<i> with no completeness check, so every restart dies on the torn file (SafetensorError)

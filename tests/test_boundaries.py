@@ -1,6 +1,6 @@
 """Every range at its edges, generated from the schema rather than picked by hand: for each key that
 train/config.py declares with a min, above, max or choices, the last good value passes and the first bad
-one is refused with one line naming the key and the value. The same for the rules of train/plan.py that
+one is refused with one line naming the key and the value. The same for the rules of train/launch/plan.py that
 tie a key to another (a rank below world_size, an epoch below epochs, ...) and for the machine's limits."""
 import math
 from dataclasses import fields, is_dataclass

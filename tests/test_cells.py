@@ -3,7 +3,7 @@
 A fix's defining cell is where it parts from its neighbours in the matrix (test_matrix.py runs every cell,
 slowly): on a half-written file (torn) poll reads it and fails, while atomic and the barrier hold; when the
 ranks disagree on the file (disagree), agreed and dcp hold where the others skip or hang (the barrier's hang is
-named at once: rank 0 hung, train/hang.py), and on a failed save
+named at once: rank 0 hung, train/toolkit/hang.py), and on a failed save
 (save_fails) agreed alone says save_failed; dcp holds the seed; without a shared filesystem (no_shared_fs)
 broadcast and save_on_each_node hold. Each verdict is here too: clean and race in those cells, save_failed,
 race for ranks that timed out, race for a crafted pickle that weights_only=True refused (unsafe; its code

@@ -105,7 +105,7 @@ def preflight_line(overrides, run_dir: Path):
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         try:
             cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
-        except Exception as e:  # what python -m train turns into one line (train/errors.py)
+        except Exception as e:  # what python -m train turns into one line (train/launch/hydra_errors.py)
             line = config_error_line(e)
             assert line is not None, f"{type(e).__name__} would reach the user as a traceback: {e}"
             return line
@@ -235,7 +235,7 @@ ALLOWED = {"garbage": {"corrupt"}, "code": {"unsafe", "corrupt"}, "foreign": {"e
 
 def outcome_of_reading(path: Path):
     """What a rank records for this file: the fixes' own read (fastai's load_model, weights_only=True),
-    classified as train/outcomes.py does: (outcome, sentence)."""
+    classified as train/judge/ does: (outcome, sentence)."""
     from fastai.learner import load_model
 
     from train.toolkit.errors import error_fields

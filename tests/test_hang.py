@@ -1,4 +1,4 @@
-"""A hang named the moment it is certain (train/hang.py): the rule from hand-made places, then real gloo ranks.
+"""A hang named the moment it is certain (train/toolkit/hang.py): the rule from hand-made places, then real gloo ranks.
 
 With real ranks (world_size=2, one Hydra multirun so later jobs fork from a warm forkserver): when the ranks
 disagree on the file, rank 0 waits in a collective that rank 1 went past; the run names it at once (a hang

@@ -87,7 +87,7 @@ def test_as_shipped_without_a_shared_filesystem_rank_1_finds_no_file(node_local)
 
 def test_as_shipped_a_failed_save_is_a_race_whose_hang_is_named_at_once(shared):
     """Rank 0's fit raises out of Lightning before Trainer.save_checkpoint's barrier; rank 1 waits in that
-    barrier for a rank that went on to the end: named the moment it is certain (train/hang.py), not at
+    barrier for a rank that went on to the end: named the moment it is certain (train/toolkit/hang.py), not at
     timeout.collective_s."""
     s = shared[("save_fails", "as_shipped")]
     assert (s["verdict"], outcomes(s)) == ("race", ["skipped", "hung"]), s["explanation"]

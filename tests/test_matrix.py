@@ -93,7 +93,7 @@ def test_matrix_cells_say_what_each_rank_ended_with(matrix):
     assert "the replicas diverged" in s["explanation"]
     assert runs[("skip_if_missing", "agreed")]["replicas"] == "agree"
 
-    # disagree: the guarded barrier's hang is named at once (train/hang.py), with where rank 1 went; no wait
+    # disagree: the guarded barrier's hang is named at once (train/toolkit/hang.py), with where rank 1 went; no wait
     # ran to the timeout
     s = runs[("disagree", "barrier")]
     rank0 = s["ranks"][0]

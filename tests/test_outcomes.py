@@ -1,7 +1,7 @@
 """The classification functions, from hand-built event lists."""
 import pytest
 
-from train.judge.vocabulary import OUTCOMES, VERDICTS, RankOutcome, Verdict, _span, _secs, classify_load_error, is_corrupt_read, saves, short, worst_status
+from train.judge.vocabulary import OUTCOMES, VERDICTS, RankOutcome, Verdict, span, secs, classify_load_error, is_corrupt_read, saves, short, worst_status
 from train.judge.verdict import judge
 from train.judge.load_best import classify_rank, decide, rank_timings
 from train.judge.explain import replicas
@@ -538,7 +538,7 @@ def test_short_keeps_the_first_sentence_without_a_source_location():
 
 def hung_run(status="ok", peer_place=None, *extra):
     """disagree x barrier: rank 1 skips and goes on to the end; rank 0 saves, waits in the barrier, and its
-    watcher sees at once that rank 1 can never come (train/hang.py); rank 1's leaving then breaks the wait."""
+    watcher sees at once that rank 1 can never come (train/toolkit/hang.py); rank 1's leaving then breaks the wait."""
     place = peer_place or {"at": "end", "n": 0, "t": T0 + 6.0}
     return launch(status, *[ev(1, r, "rank_start") for r in range(2)],
                   ev(6.0, 1, "skip", reason="no checkpoint file when it looked (checkpoint.guard=sync)"),
@@ -592,8 +592,8 @@ def test_saves_are_the_completed_ones_oldest_first_and_spans_read_well():
     events = [ev(1, 0, "save_start"), ev(2, 0, "save_end", digest="a"), ev(3, 0, "save_error"),
               ev(4, 0, "save_end", digest="b")]
     assert [e["digest"] for e in saves(events)] == ["a", "b"]
-    assert (_secs(2.94), _secs(-2.94), _secs(0.95), _secs(0.949), _secs(0.5)) == ("2.9", "-2.9", "0.9", "0.95", "0.50")
-    assert (_span([1.0]), _span([1.0, 1.01]), _span([0.5, 2.0])) == ("1.0 s", "1.0 s", "0.50-2.0 s")
+    assert (secs(2.94), secs(-2.94), secs(0.95), secs(0.949), secs(0.5)) == ("2.9", "-2.9", "0.9", "0.95", "0.50")
+    assert (span([1.0]), span([1.0, 1.01]), span([0.5, 2.0])) == ("1.0 s", "1.0 s", "0.50-2.0 s")
 
 
 def test_the_outcome_and_verdict_names_are_the_documented_ones():

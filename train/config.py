@@ -2,7 +2,7 @@
 
 Hydra composes `configs/train.yaml` on top of `TrainConfig` (registered below as `train_schema`),
 so a key that is not declared here, or a value of the wrong type, is refused while composing.
-`check()` then enforces the ranges; rules that tie keys together live in train/plan.py.
+`check()` then enforces the ranges; rules that tie keys together live in train/launch/plan.py.
 README's key table is made from this module: `python -m train.config` prints it.
 """
 import math
@@ -107,7 +107,7 @@ class RdzvConfig:
 class CallbackConfig:
     name: str = key("???", "the fix, from configs/callback/")  # ???: set by the group
     _target_: Optional[str] = key(None, "the class that does it, for frameworks that take one (fastai: a "
-                                        "SaveModelCallback subclass in train/callbacks.py, or your own); null: "
+                                        "SaveModelCallback subclass in train/frameworks/fastai/callbacks.py, or your own); null: "
                                         "the framework's adapter does the fix by its name")
     workloads: List[str] = key(["load_best"], "the workloads this fix is for (set by each fix); with another "
                                               "workload its cells are n/a", choices=["load_best", "resume"])

@@ -1,6 +1,6 @@
 """What goes wrong, placed on purpose: every fault a scenario can ask for, at a named point.
 
-The callbacks (train/callbacks.py) call these points on the shared save/load path and never
+The callbacks (train/frameworks/fastai/callbacks.py) call these points on the shared save/load path and never
 decide a fault themselves. A point acts on the *real* rank (the process group's), which a
 misdetected rank (fault.misdetect_rank) does not change.
 
@@ -106,7 +106,7 @@ class Faults:
 
     def listed(self, paths: list):
         """A rotation's listing of the old checkpoints it is about to delete. With fault.delete_race, every rank
-        but 0 says so on the rendezvous store (each attempt has its own keys, train/worker.py)."""
+        but 0 says so on the rendezvous store (each attempt has its own keys, train/rank/worker.py)."""
         if self.fault["delete_race"] and self.rank != 0:
             store = default_store()
             for path in paths:

@@ -1,9 +1,9 @@
 """How ranks sync around a checkpoint, each fix written once as a strategy over save, sync and load.
-Framework-free (torch only): fastai's SaveModelCallback subclasses (train/callbacks.py) and every
+Framework-free (torch only): fastai's SaveModelCallback subclasses (train/frameworks/fastai/callbacks.py) and every
 framework adapter (train/frameworks/) call these at their own seams, so no fix is copied per framework.
 
   watched        any wait (a barrier, a collective, a file), between sync_enter and sync_exit/sync_error events;
-                 a collective no peer can come to any more ends at once (train/hang.py)
+                 a collective no peer can come to any more ends at once (train/toolkit/hang.py)
   atomic_write   write a temporary name in the same folder, fsync it and the folder, then rename (atomic)
   wait_for_file  poll until a path exists, up to a timeout (poll, atomic)
   broadcast_read rank 0 reads, every other rank gets its object through a collective (broadcast)
@@ -22,8 +22,8 @@ from pathlib import Path
 import torch.distributed as dist
 
 from train.toolkit.errors import error_fields
-from train.toolkit.rank import say
 from train.toolkit.hang import watch
+from train.toolkit.rank import say
 
 
 class SyncFailed(Exception):
@@ -41,7 +41,7 @@ class LoadFailedOnRank0(Exception):
 def watched(events, how: str, until) -> bool:
     """Run `until()` (a barrier, a collective, a wait) between sync events; False if it failed (the error
     is recorded and said, not raised) or returned False. While it waits, the rank's place is published, and
-    a collective (train/hang.py's COLLECTIVES) that a peer can never come to ends the rank at once (a hang
+    a collective (train/toolkit/hang.py's COLLECTIVES) that a peer can never come to ends the rank at once (a hang
     event, not a wait until timeout.collective_s)."""
     events.record("sync_enter", how=how)
     try:

@@ -4,7 +4,6 @@ import os
 import signal
 import sys
 
-
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 

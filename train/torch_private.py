@@ -6,8 +6,8 @@ import torch.distributed as dist
 
 
 def default_store():
-    """The default process group's store: the rendezvous store the ranks share (train/hang.py publishes each
-    rank's place there, train/faults.py its planted orders, train/worker.py counts the ranks out). torch has no
+    """The default process group's store: the rendezvous store the ranks share (train/toolkit/hang.py publishes each
+    rank's place there, train/faults.py its planted orders, train/rank/worker.py counts the ranks out). torch has no
     public getter. (Were it gone, hangs would be named only at the timeout, and the delete race and the end count
     would need a store of their own.)"""
     return dist.distributed_c10d._get_default_store()

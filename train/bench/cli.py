@@ -15,7 +15,7 @@
   of its warm jobs (launch_start to launch_end) with the barrier minus without it.
 - hang: a sweep of scenario=disagree callback=barrier (2 ranks), --repeats jobs: rank 0 waits in a barrier that
   rank 1 went past. Per job, from its events, the moment the hang was certain (the hang event's certain_at:
-  rank 0 in the barrier and rank 1 at the end, train/hang.py) to the run's end (launch_end); the median.
+  rank 0 in the barrier and rank 1 at the end, train/toolkit/hang.py) to the run's end (launch_end); the median.
 - frameworks: for Lightning, the Trainer and Accelerate, a cold `python -m train framework=<name>
   callback=as_shipped` (2 ranks) against bench/plain_<name>.py under torchrun, alternately, --repeats times.
 - nodes: a sweep (JOBS=1) alternating a one-node cell (scenario=seed) and the two-node cell (scenario=no_shared_fs:
@@ -40,8 +40,22 @@ from datetime import datetime
 
 import psutil
 
-from train.bench.measure import FRAMEWORK_MODULES, ROOT, WORLD, default_jobs, framework_runs, hang_to_end, launcher_imports, launcher_imports_fastai, matrix_run, median, nodes_run, plain_run, single_run, sweep
-
+from train.bench.measure import (
+    FRAMEWORK_MODULES,
+    ROOT,
+    WORLD,
+    default_jobs,
+    framework_runs,
+    hang_to_end,
+    launcher_imports,
+    launcher_imports_fastai,
+    matrix_run,
+    median,
+    nodes_run,
+    plain_run,
+    single_run,
+    sweep,
+)
 
 # figure -> (goal, how it compares, unit, what it is)
 GOALS = {

@@ -11,7 +11,6 @@ import psutil
 
 from train.events import read_events
 
-
 ROOT = Path(__file__).resolve().parents[2]
 PLAIN = ROOT / "bench" / "plain_torchrun.py"
 WORLD = 3

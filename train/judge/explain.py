@@ -1,5 +1,13 @@
 """A load-best run's verdict in words: what each rank did, and why that makes the verdict."""
-from train.judge.vocabulary import ONLY_WARNED, _last, _ranks, _secs, _span, saves, short
+from train.judge.vocabulary import (
+    ONLY_WARNED,
+    last_event,
+    ranks_text,
+    saves,
+    secs,
+    short,
+    span,
+)
 
 
 def replicas(outcomes: list) -> str:
@@ -14,7 +22,7 @@ def _diverged_part(outcomes) -> str:
     for o in outcomes:
         by_digest.setdefault(o.final_digest, []).append(o.rank)
     groups = sorted(by_digest.values())
-    return "the replicas diverged: " + " vs ".join(_ranks(g) for g in groups) + " end with different weights"
+    return "the replicas diverged: " + " vs ".join(ranks_text(g) for g in groups) + " end with different weights"
 
 
 def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
@@ -24,13 +32,13 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
         by.setdefault(o.outcome, []).append(o)
     written = saves(events)
     saver = f"rank {written[-1]['rank']}" if written else "the saving rank"
-    save_error = _last(events, "save_error")
+    save_error = last_event(events, "save_error")
 
     if verdict == "interrupted":
         sig = next((e for e in events if e["event"] == "signal"), None)  # the first: what stopped the run
         return f"interrupted: the run was stopped{' by ' + sig['name'] if sig else ''} before it ended; no verdict"
     if verdict == "error":
-        launch_error = _last(events, "launch_error")
+        launch_error = last_event(events, "launch_error")
         if launch_error:
             return f"error: the launch failed ({launch_error['error_type']}: {launch_error['message']})"
         failed = by.get("error", [])
@@ -58,27 +66,27 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
         if name == "stale":
             what += f" ({group[0].detail.removeprefix('loaded ')})"
         not_here = _not_on_this_node(events, group, written[-1]) if name == "missing" and written else ""
-        when = f" {_span(leads)} before {saver} finished saving" if leads and name != "unsafe" and not not_here else \
+        when = f" {span(leads)} before {saver} finished saving" if leads and name != "unsafe" and not not_here else \
             (" and no save finished" if not written and name == "missing" else "")  # not on its disk: never
         why = f" ({group[0].detail.split(':')[0]})" if name in ("missing", "corrupt") and group[0].detail else ""
         if name == "missing" and ONLY_WARNED in group[0].detail:  # no error raised: say what the framework did
             why = f" ({group[0].detail.split(' (')[0]})"
         why += not_here
-        parts.append(f"{_ranks(o.rank for o in group)} {what}{when}{why}")
+        parts.append(f"{ranks_text(o.rank for o in group)} {what}{when}{why}")
     if by.get("skipped"):
-        parts.append(f"{_ranks(o.rank for o in by['skipped'])} skipped the load ({by['skipped'][0].detail})")
+        parts.append(f"{ranks_text(o.rank for o in by['skipped'])} skipped the load ({by['skipped'][0].detail})")
     if by.get("timeout"):
         waits = [o.timings["wait"] for o in by["timeout"] if "wait" in o.timings]
-        after = f" after {_span(waits)}" if waits else ""
-        parts.append(f"{_ranks(o.rank for o in by['timeout'])} timed out{after} ({by['timeout'][0].detail})")
+        after = f" after {span(waits)}" if waits else ""
+        parts.append(f"{ranks_text(o.rank for o in by['timeout'])} timed out{after} ({by['timeout'][0].detail})")
     for o in by.get("hung", []):
         parts.append(f"rank {o.rank} hung ({o.detail}; ended at once, not at timeout.collective_s)")
     if by.get("crashed"):
-        parts.append(f"{_ranks(o.rank for o in by['crashed'])} crashed on purpose")
+        parts.append(f"{ranks_text(o.rank for o in by['crashed'])} crashed on purpose")
     if by.get("aborted"):
-        end = _last(events, "launch_end")
+        end = last_event(events, "launch_end")
         why = "by an interrupt" if end and end["status"] == "interrupted" else "after a peer failed"
-        parts.append(f"{_ranks(o.rank for o in by['aborted'])} stopped {why}")
+        parts.append(f"{ranks_text(o.rank for o in by['aborted'])} stopped {why}")
     if agreement == "diverged":
         parts.append(_diverged_part(outcomes))
     if verdict == "race":
@@ -86,7 +94,7 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
 
     others = [o for o in outcomes if not written or o.rank != written[-1]["rank"]]
     after = [o.timings["load_after_save_end"] for o in others if "load_after_save_end" in o.timings]
-    tail = f"; {_ranks(o.rank for o in others)} started loading {_span(after)} after the save ended" \
+    tail = f"; {ranks_text(o.rank for o in others)} started loading {span(after)} after the save ended" \
         if others and after and min(after) >= 0 else ""
     traps = _traps(events, written)
     avoided = f". The trap it avoided: {'; '.join(traps)}" if traps else ""
@@ -114,10 +122,10 @@ def _traps(events, written) -> list:
     traps = []
     for e in events:
         if e["event"] == "skew_start" and e.get("at") == "mid_write":
-            traps.append(f"rank {e['rank']} stalled {_secs(e['seconds'])} s halfway through writing the checkpoint, "
+            traps.append(f"rank {e['rank']} stalled {secs(e['seconds'])} s halfway through writing the checkpoint, "
                          "so it existed half-written")
         elif e["event"] == "skew_start":
-            traps.append(f"rank {e['rank']} was {_secs(e['seconds'])} s late at its last save")
+            traps.append(f"rank {e['rank']} was {secs(e['seconds'])} s late at its last save")
     older = [w for w in written if w.get("epoch", 0) < written[-1].get("epoch", 0)]
     if older:
         traps.append(f"an older checkpoint (epoch {older[-1]['epoch']}) was there to read before the last one")
@@ -130,7 +138,7 @@ def _traps(events, written) -> list:
     if traps and waits:
         longest = max(waits, key=lambda e: _wait_of(events, e))
         how = SYNC_WAITS.get(longest["how"], f"in its {longest['how']}")
-        traps.append(f"rank {longest['rank']} waited {_secs(_wait_of(events, longest))} s {how}")
+        traps.append(f"rank {longest['rank']} waited {secs(_wait_of(events, longest))} s {how}")
     return traps
 
 

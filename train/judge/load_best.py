@@ -1,6 +1,16 @@
 """The load-best verdict: what each rank saw at the load at the end, and the run's verdict (pure functions over event records)."""
-from train.judge.vocabulary import RankOutcome, Verdict, _last, _launch_status, _ranks, classify_load_error, load_error_sentence, saves, short
 from train.judge.explain import explain, replicas
+from train.judge.vocabulary import (
+    RankOutcome,
+    Verdict,
+    classify_load_error,
+    last_event,
+    launch_status,
+    load_error_sentence,
+    ranks_text,
+    saves,
+    short,
+)
 
 
 def _never_came(events, how, rank) -> list:
@@ -13,15 +23,15 @@ def _never_came(events, how, rank) -> list:
 def _timeout_detail(events, sync_error, rank) -> str:
     how = sync_error.get("how", "sync")
     if how == "file":
-        failed = _last(events, "save_error")
+        failed = last_event(events, "save_error")
         why = f" (rank 0's save failed: {failed['error_type']})" if failed else ""
         return f"no checkpoint appeared within its wait{why}"
     missing = _never_came(events, how, rank)
-    return f"{how}: waited for {_ranks(missing)}, which never came" if missing else f"{how}: timed out"
+    return f"{how}: waited for {ranks_text(missing)}, which never came" if missing else f"{how}: timed out"
 
 
 def _place(peer: int, place: dict, events) -> str:
-    """Where a peer was when a rank's sync could never end, in words (place: train/hang.py's)."""
+    """Where a peer was when a rank's sync could never end, in words (place: train/toolkit/hang.py's)."""
     if place["at"] == "sync":
         return f"rank {peer} waited in its {place['how']} instead"
     skipped = "skipped the load and " if any(e["rank"] == peer and e["event"] == "skip" for e in events) else ""
@@ -42,59 +52,59 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
     launcher = [e for e in events if e["rank"] == "launcher"]
     written = saves(events)
     last_written = written[-1] if written else None
-    final = _last(mine, "final")
+    final = last_event(mine, "final")
 
     def result(outcome, detail="", log=""):
         return RankOutcome(rank, outcome, detail, rank_timings(mine, events), final["digest"] if final else "", log)
 
-    done = _last(mine, "load_done")
+    done = last_event(mine, "load_done")
     if done:
         if last_written and done["digest"] == last_written["digest"]:
             return result("loaded")
         older = [s for s in written if s["digest"] == done["digest"]]
         return result("stale", f"loaded {'the epoch-%d save' % older[-1]['epoch'] if older else 'a file this run never wrote'}")
 
-    failed = _last(mine, "load_error")
+    failed = last_event(mine, "load_error")
     if failed:
         outcome = classify_load_error(failed["error_type"], failed["message"], failed.get("in_reader", False))
-        seen = (_last(mine, "load_attempt") or {}).get("bytes")
+        seen = (last_event(mine, "load_attempt") or {}).get("bytes")
         if outcome == "error" and last_written and seen is not None and seen < last_written.get("bytes", 0):
             outcome = "corrupt"  # it read a file shorter than the finished checkpoint
         return result(outcome, load_error_sentence(failed["error_type"], failed["message"]))
 
-    hung = _last(mine, "hang")
+    hung = last_event(mine, "hang")
     if hung:  # before its own exit code: the rank was ended on purpose, the moment the hang was certain
         return result("hung", hang_detail(hung, events))
 
     failures = [e for e in launcher if e["event"] == "rank_failed"]
-    sync = _last(mine, "sync_error")
+    sync = last_event(mine, "sync_error")
     if sync:
         if sync.get("timed_out"):
             return result("timeout", _timeout_detail(events, sync, rank))
         peers = sorted({e["failed_rank"] for e in failures} - {rank})
         if peers:  # its sync broke because a peer died: the peer's failure, not its own
-            return result("aborted", f"its {sync.get('how', 'sync')} broke when {_ranks(peers)} died")
-        if _launch_status(launcher) == "interrupted":
+            return result("aborted", f"its {sync.get('how', 'sync')} broke when {ranks_text(peers)} died")
+        if launch_status(launcher) == "interrupted":
             return result("aborted", f"its {sync.get('how', 'sync')} broke when the run was interrupted")
         gave_up = sorted({e["rank"] for e in events if e["event"] == "sync_error" and e.get("timed_out")
                           and e["t"] <= sync["t"]} - {rank})
         if gave_up:  # it came late, after its peers had stopped waiting
-            return result("aborted", f"its {sync.get('how', 'sync')} broke: {_ranks(gave_up)} had stopped waiting")
+            return result("aborted", f"its {sync.get('how', 'sync')} broke: {ranks_text(gave_up)} had stopped waiting")
         return result("error", f"{sync.get('how', 'sync')}: {sync['error_type']}: {short(sync['message'])}")
 
-    skipped = _last(mine, "skip")
+    skipped = last_event(mine, "skip")
     if skipped:
         return result("skipped", skipped["reason"])
-    if _last(mine, "crash"):
+    if last_event(mine, "crash"):
         return result("crashed", "it died where the scenario placed a crash (fault.crash_rank)")
     died = [e for e in failures if e["failed_rank"] == rank]
     if died:
         return result("error", died[-1].get("message") or f"exit code {died[-1]['exitcode']}",
                       died[-1].get("log", ""))
-    status = _launch_status(launcher)
+    status = launch_status(launcher)
     if status == "timeout":
         return result("timeout", "stopped by the launcher at timeout.run_s")
-    if not _last(mine, "rank_end") and status in ("failed", "interrupted", "harness_error", None):
+    if not last_event(mine, "rank_end") and status in ("failed", "interrupted", "harness_error", None):
         why = {"failed": "after a peer failed", "interrupted": "on interrupt"}.get(status, "")
         return result("aborted", f"stopped by the launcher {why}".strip())
     return result("error", "ended without loading")
@@ -110,16 +120,16 @@ def rank_timings(mine: list, events: list) -> dict:
     t0 = min(starts) if starts else min(e["t"] for e in events)
     out = {}
     for name in TIMED:
-        e = _last(mine, name)
+        e = last_event(mine, name)
         if e:
             out[name] = round(e["t"] - t0, 3)
-    enter = _last(mine, "sync_enter")
+    enter = last_event(mine, "sync_enter")
     left = min((e for e in mine if e["event"] in ("hang", "sync_exit", "sync_error") and enter and e["t"] >= enter["t"]),
                key=lambda e: e["t"], default=None)  # the end of its last sync: the first hang, exit or error after it
     if enter and left:
         out["wait"] = round(left["t"] - enter["t"], 3)  # how long its sync held it
     written = saves(events)
-    attempt = _last(mine, "load_attempt")
+    attempt = last_event(mine, "load_attempt")
     if written and attempt:
         # negative: this rank started reading before the last save had ended
         out["load_after_save_end"] = round(attempt["t"] - written[-1]["t"], 3)
@@ -134,7 +144,7 @@ def decide(outcomes: list, events: list, status) -> str:
         return "error"
     if kinds == {"loaded"}:
         return "clean"
-    if _last(events, "save_error") and kinds == {"skipped"} and replicas(outcomes) == "agree":
+    if last_event(events, "save_error") and kinds == {"skipped"} and replicas(outcomes) == "agree":
         return "save_failed"
     return "race"
 
@@ -142,6 +152,6 @@ def decide(outcomes: list, events: list, status) -> str:
 def judge_load_best(events: list, world_size: int) -> Verdict:
     """A load-best run's verdict over every rank's outcome (see train/judge/vocabulary.py)."""
     outcomes = [classify_rank(r, events) for r in range(world_size)]
-    verdict = decide(outcomes, events, _launch_status([e for e in events if e["rank"] == "launcher"]))
+    verdict = decide(outcomes, events, launch_status([e for e in events if e["rank"] == "launcher"]))
     agreement = replicas(outcomes)
     return Verdict(verdict, explain(outcomes, events, verdict, agreement), agreement, outcomes)

@@ -1,8 +1,17 @@
 """The resume verdict (workload=resume): each rank's resumes against the newest complete checkpoint, and how the run ended."""
-from train.judge.vocabulary import RankOutcome, Verdict, _last, _launch_status, classify_load_error, file_name, load_error_sentence, saves, short
-from train.judge.load_best import rank_timings
 from train.judge.explain import replicas
-
+from train.judge.load_best import rank_timings
+from train.judge.vocabulary import (
+    RankOutcome,
+    Verdict,
+    classify_load_error,
+    file_name,
+    last_event,
+    launch_status,
+    load_error_sentence,
+    saves,
+    short,
+)
 
 # --- the resume loop (framework=torch_loop): restarts, and the checkpoint each attempt resumed from ------------
 
@@ -61,27 +70,27 @@ def resume_rank(rank: int, events: list, last: int, status, resumes: list) -> Ra
     """One rank of a resume run: how its last attempt ended, else how its resumes stood."""
     mine = [e for e in events if e["rank"] == rank]
     now = [e for e in mine if _attempt(e) == last]
-    final = _last(now, "final")
+    final = last_event(now, "final")
 
     def result(outcome, detail=""):
         return RankOutcome(rank, outcome, detail, rank_timings(now, events), final["digest"] if final else "")
 
-    failed = _last(now, "load_error")
+    failed = last_event(now, "load_error")
     if failed:
         kind = classify_load_error(failed["error_type"], failed["message"], failed.get("in_reader", False))
         return result(kind, f"resuming from {failed.get('path')}: {load_error_sentence(failed['error_type'], failed['message'])}")
-    deleted = _last(now, "rotate_error")
+    deleted = last_event(now, "rotate_error")
     if deleted:
         kind = "missing" if deleted["error_type"] == "FileNotFoundError" else "error"
         return result(kind, f"deleting {deleted['path']}: {deleted['error_type']}: {short(deleted['message'])}")
-    if _last(now, "crash"):
+    if last_event(now, "crash"):
         return result("crashed", "killed with SIGKILL where the scenario placed it")
     worst = max(resumes, key=lambda r: (r["torn"], abs(r["steps_lost"]), r["attempt"]), default=None)
     behind = ""
     if worst and worst["steps_lost"] > 0:
         behind = (f"resumed from step {worst['step']} in attempt {worst['attempt']}; the newest complete checkpoint "
                   f"was step {worst['newest_step']}: {worst['steps_lost']} steps redone")
-    trained = _last(now, "train_error") or _last(now, "sync_error")
+    trained = last_event(now, "train_error") or last_event(now, "sync_error")
     if trained:
         if trained.get("timed_out"):
             return result("timeout", "; ".join(x for x in (behind, f"then its {trained.get('how', 'all-reduce')} "
@@ -102,7 +111,7 @@ def resume_rank(rank: int, events: list, last: int, status, resumes: list) -> Ra
 def resume_judge(events: list, world_size: int) -> Verdict:
     """The verdict of a resume loop's run: clean only when it finished, every rank resumed from the newest
     complete checkpoint each time, and the replicas agree. A run that used up its restarts is never clean."""
-    status = _launch_status([e for e in events if e["rank"] == "launcher"])
+    status = launch_status([e for e in events if e["rank"] == "launcher"])
     ranked = [e for e in events if isinstance(e["rank"], int)]
     attempts = sorted({_attempt(e) for e in ranked}) or [0]
     last = attempts[-1]

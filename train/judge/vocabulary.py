@@ -5,7 +5,7 @@ read_delay_start, read_delay_end, rank_misdetected, save_start, save_end{digest,
 save_error{error_type, message}, train_end, sync_enter{how}, sync_exit{how},
 sync_error{how, error_type, message, timed_out}, skip{reason}, load_attempt{bytes},
 load_done{digest}, load_error{error_type, message}, final{digest}, crash, interrupted{signal}, rank_end,
-hang{sync, n, waiting_for, peers: {rank: place}, certain_at} (train/hang.py: its collective sync could never
+hang{sync, n, waiting_for, peers: {rank: place}, certain_at} (train/toolkit/hang.py: its collective sync could never
 end, because of where its peers were; the rank ended at once).
 Launcher events (events/launcher.jsonl): launch_start, rank_failed{failed_rank, exitcode,
 message, log}, signal{name}, launch_error{error_type, message},
@@ -44,7 +44,6 @@ The verdict:
 """
 import re
 from dataclasses import asdict, dataclass, field
-
 
 OUTCOMES = ("loaded", "skipped", "stale", "missing", "corrupt", "unsafe", "timeout", "hung", "aborted", "crashed",
             "error")
@@ -86,7 +85,7 @@ class Verdict:
         return out
 
 
-def _last(events, name):
+def last_event(events, name):
     found = [e for e in events if e["event"] == name]
     return found[-1] if found else None
 
@@ -97,7 +96,7 @@ def worst_status(statuses):
     return max(statuses, key=order.index, default=None)
 
 
-def _launch_status(launcher_events):
+def launch_status(launcher_events):
     return worst_status(e["status"] for e in launcher_events if e["event"] == "launch_end")
 
 
@@ -113,7 +112,7 @@ def is_corrupt_read(error_type: str, message: str) -> bool:
 
 
 def classify_load_error(error_type: str, message: str, in_reader: bool = False) -> str:
-    """in_reader: raised while the file's bytes were decoded (train/frameworks/common.py's error_fields)."""
+    """in_reader: raised while the file's bytes were decoded (train/toolkit/'s error_fields)."""
     if error_type == "FileNotFoundError":
         return "missing"
     if error_type == "IsADirectoryError":  # a folder where the file should be: nothing readable
@@ -141,17 +140,17 @@ def short(message: str) -> str:
     return message.split(". ")[0][:120]
 
 
-def _ranks(ranks):
+def ranks_text(ranks):
     ranks = sorted(ranks)
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
 
 
-def _secs(x):
+def secs(x):
     return f"{x:.1f}" if abs(x) >= 0.95 else f"{x:.2f}"
 
 
-def _span(values):
-    lo, hi = _secs(min(values)), _secs(max(values))
+def span(values):
+    lo, hi = secs(min(values)), secs(max(values))
     return f"{lo} s" if lo == hi else f"{lo}-{hi} s"
 
 

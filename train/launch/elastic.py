@@ -16,16 +16,19 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from train.events import EventLog
 from train.launch.forkserver import ensure_forkserver
 from train.launch.nodes import rank_start_method
-from train.report.node_records import merged_here
-from train.events import EventLog
-from train.rank.entry import rank_main
-from train.torch_private import exit_barrier_within, name_rendezvous_events_cheaply, pace_rendezvous
 from train.launch.preflight import first_line
+from train.rank.entry import rank_main
+from train.report.node_records import merged_here
+from train.torch_private import (
+    exit_barrier_within,
+    name_rendezvous_events_cheaply,
+    pace_rendezvous,
+)
 
-
-SHUTDOWN_S = 1  # a rank the agent stops gets this long before SIGKILL (each leaves at once: train/rank.py)
+SHUTDOWN_S = 1  # a rank the agent stops gets this long before SIGKILL (each leaves at once: train/rank/entry.py)
 
 
 def failure_message(failure, log: Path = None) -> str:
@@ -135,9 +138,9 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
     )
     if launch_cfg.start_method == "forkserver":
         # ranks fork from a server that has imported the framework once; later jobs of a sweep start in a
-        # blink. train/early.py may have started it already, with every framework the command line names.
+        # blink. train/launch/forkserver.py may have started it already, with every framework the command line names.
         # Started here (a side-by-side job's worker), it preloads the node agents' code too: a later
-        # two-node job of the worker forks them from it (train/nodes.py)
+        # two-node job of the worker forks them from it (train/launch/nodes.py)
         ensure_forkserver([cfg["framework"]["adapter"]], nodes_here=True)
     taken = port_in_use(cfg["rdzv"]["endpoint"]) if nodes == 1 else None  # other nodes' agents use it too
     exit_barrier_within(cfg["timeout"]["collective_s"])

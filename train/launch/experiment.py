@@ -6,17 +6,16 @@ from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.api import SignalException
 
-from train.faults import describe as describe_faults
-from train.launch import nodes
-from train.report import node_records
 from train.events import LAUNCHER, EventLog, read_events
+from train.faults import describe as describe_faults
 from train.judge.verdict import judge
-
 from train.judge.vocabulary import worst_status
-from train.report.environment import environment
-from train.report.console import format_table
-from train.report.files import write_json_atomic
+from train.launch import nodes
 from train.launch.elastic import _raise_signal_exception, launch
+from train.report import node_records
+from train.report.console import format_table
+from train.report.environment import environment
+from train.report.files import write_json_atomic
 
 
 def header(cfg: dict, plan, run_dir: Path, nodes_here: bool, one_node_of_many: bool) -> str:

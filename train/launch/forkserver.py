@@ -1,11 +1,11 @@
-"""Start the forkserver's preload (torch, the data: train/preload.py, and the run's framework adapter, which
+"""Start the forkserver's preload (torch, the data: train/rank/preload.py, and the run's framework adapter, which
 imports fastai, Lightning, transformers or Accelerate) before the launcher
 imports torch and Hydra composes the config, so the two start-ups overlap instead of adding up.
 
 Only the command line is known this early, so this reads it, and the chosen scenario's file, for
 anything that rules the forkserver out: another start method, another Hydra launcher (jobs run
 elsewhere), or a flag that only prints (--help, --cfg, ...). Every node's agent on this host
-(launch.all_nodes_here) forks from it too (train/nodes.py), so that form wants it as well. When it
+(launch.all_nodes_here) forks from it too (train/launch/nodes.py), so that form wants it as well. When it
 cannot tell, the default config decides: forkserver, one node.
 The forkserver is ended at exit, used or not (a config error, a sweep of n/a jobs).
 This module imports nothing heavy: the launcher never imports fastai.
@@ -15,7 +15,6 @@ import os
 import re
 import signal
 from pathlib import Path
-
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

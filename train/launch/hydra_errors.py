@@ -3,7 +3,11 @@ span several lines and exit 1)."""
 import re
 from dataclasses import is_dataclass
 
-from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from hydra.errors import (
+    ConfigCompositionException,
+    MissingConfigException,
+    OverrideParseException,
+)
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
 from train.config import describe, lookup

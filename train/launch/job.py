@@ -1,7 +1,7 @@
 """The launcher: Hydra main -> check the config -> start the ranks with torch elastic
 -> collect what they recorded -> summary.json and the console table.
 
-It never imports a framework (fastai, Lightning, ...); each rank does, in its own process (train/worker.py).
+It never imports a framework (fastai, Lightning, ...); each rank does, in its own process (train/rank/worker.py).
 """
 import sys
 import traceback
@@ -15,21 +15,29 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from train.config import ConfigError, check
-from train.launch import nodes
-from train.report import node_records
-from train.launch import sweep
-from train.launch.plan import not_applicable, this_machine
-from train.report.files import write_json_atomic
-from train.launch.preflight import EXIT_BAD_CONFIG, EXIT_EXPECT_MISMATCH, EXIT_HARNESS, EXIT_INTERRUPTED, _started, check_writable, discard_run_dir, first_line, preflight
+from train.launch import nodes, sweep
 from train.launch.experiment import run_experiment
-
+from train.launch.plan import not_applicable, this_machine
+from train.launch.preflight import (
+    EXIT_BAD_CONFIG,
+    EXIT_EXPECT_MISMATCH,
+    EXIT_HARNESS,
+    EXIT_INTERRUPTED,
+    _started,
+    check_writable,
+    discard_run_dir,
+    first_line,
+    preflight,
+)
+from train.report import node_records
+from train.report.files import write_json_atomic
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def run_job(dict_cfg) -> str:
     """One run. In a sweep (-m) a bad or crashed job is reported and the sweep goes on;
-    train/sweep.py then exits non-zero at the end. Returns ok | n/a | invalid | crashed | unexpected
+    train/launch/sweep.py then exits non-zero at the end. Returns ok | n/a | invalid | crashed | unexpected
     (side by side also interrupted | not run).
     Hydra's task function, main below; a name of its own so that a side-by-side job's worker process
     (hydra/launcher=jobs) imports it by name instead of being sent a copy of it."""

@@ -26,9 +26,12 @@ from pathlib import Path
 
 from train.config import ConfigError
 from train.launch.forkserver import ensure_forkserver
-from train.report.node_records import NODE_SUMMARY, node_dir, write_node_summary
-from train.report.node_records import MERGED_INTO
-
+from train.report.node_records import (
+    MERGED_INTO,
+    NODE_SUMMARY,
+    node_dir,
+    write_node_summary,
+)
 
 SLURM_PORT = 29500
 

@@ -8,7 +8,6 @@ import sys
 
 from train.config import ConfigError
 
-
 CHECK = """
 import importlib, sys
 target, kinds = sys.argv[1], sys.argv[2:]

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from train.config import ConfigError, check
 from train.frameworks import ENTRY, adapter_functions
 
-
 RANKS_PER_CORE = 4  # more CPU ranks than this per core only with launch.oversubscribe=true
 RANK_MEMORY_MIB = 600  # what one CPU rank needs (torch, fastai, a small model), measured here: ~450 MiB
 FDS_PER_RANK = 16  # pipes, log files and sockets the launcher and a rank hold for each rank

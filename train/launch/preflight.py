@@ -6,12 +6,10 @@ import threading
 import urllib.request
 from pathlib import Path
 
-
 from train.config import ConfigError
 from train.launch import nodes
 from train.launch.own_class import check_own_class
 from train.launch.plan import make_plan
-
 
 EXIT_EXPECT_MISMATCH, EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED = 1, 2, 3, 130
 _started = threading.Event()  # set once a run dir is claimed: from then on errors are the run's, not the input's
@@ -52,7 +50,7 @@ def check_data_reachable(data: dict):
 
 def preflight(cfg: dict, machine, reach_data: bool = True):
     """Every check of a resolved config before any rank starts: the schema's ranges, the rules across keys
-    and the machine (train/plan.py), the node disks, a class of your own, the data. Returns the plan;
+    and the machine (train/launch/plan.py), the node disks, a class of your own, the data. Returns the plan;
     raises ConfigError with one line. checkpoint.dir becomes absolute."""
     try:
         cfg["checkpoint"]["dir"] = str(Path(cfg["checkpoint"]["dir"]).resolve())

@@ -28,7 +28,6 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 
-
 HYDRA_LAUNCHER_LOGS = ("hydra._internal.core_plugins.basic_launcher",  # "Launching N jobs", "#k : point"
                        "hydra_plugins.hydra_joblib_launcher._core")  # the same, side by side
 JOBS_DIR = ".jobs"  # in the sweep dir: one <num>.json per ended job, when jobs run side by side
@@ -99,7 +98,7 @@ STOP_FILE = "stop"  # in JOBS_DIR: the sweep was interrupted; a job that starts 
 def enter_worker():
     """In a side-by-side job's worker, before its job: a session of its own, so that Ctrl-C at the
     terminal reaches the sweep's process alone, which passes it on once to each worker (pass_on); and
-    the worker dies with the sweep's process, as ranks and forkservers do (train/early.py)."""
+    the worker dies with the sweep's process, as ranks and forkservers do (train/launch/forkserver.py)."""
     from train.process import end_with_parent
 
     if os.getsid(0) != os.getpid():

@@ -9,7 +9,6 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from train.process import end_with_parent
 
-
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 

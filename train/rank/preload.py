@@ -2,7 +2,7 @@
 
 Everything a rank would otherwise import lazily on its way to `fit_start` is imported here, once:
 torch and the rank's own code (train.rank.worker), the run's framework adapter (train/frameworks/, named after
-this module in the preload list: train/early.py), the ~900 modules that Accelerate's `prepare_model` pulls in through
+this module in the preload list: train/launch/forkserver.py), the ~900 modules that Accelerate's `prepare_model` pulls in through
 DistributedDataParallel (torch._dynamo with sympy, and torch.distributed's DDP parts), and scikit-learn's
 data sets. The digits set, which no config changes (only its split does), is read here too. None of
 this starts a thread, opens a process group or touches CUDA, so forking after it is safe.

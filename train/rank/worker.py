@@ -13,10 +13,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from train.toolkit import hang
 from train.events import EventLog, attempt
 from train.faults import Faults
 from train.frameworks import entry
+from train.toolkit import hang
 from train.toolkit.rank import Rank, node_disk, say
 from train.torch_private import default_store
 
@@ -51,7 +51,7 @@ def attempt_store(rank: int, world_size: int, timeout: timedelta) -> dict:
     """After a restart (launch.max_restarts), the process group's store: the agent's, under a prefix of this
     attempt's own. The agent's store outlives the attempts, and env:// reuses its keys as they are (torch 2.14:
     "a new TCPStore for every retry", not so with the agent's): gloo would read the dead attempt's addresses
-    and fail to connect, and train/hang.py would read the dead ranks' places. The first attempt: env://."""
+    and fail to connect, and train/toolkit/hang.py would read the dead ranks' places. The first attempt: env://."""
     restart = attempt()
     if restart == 0:
         return {}
@@ -65,7 +65,7 @@ def wait_for_every_rank(world_size: int, timeout_s: float):
     Counted on the rendezvous store, not with a collective, which could pair with a peer's barrier:
     the last rank to count in sets a key that the others wait for. Its place ("end", then "done") is
     published there too: a peer that waits in a sync this rank never entered sees at once that it
-    cannot end, counts itself in and ends (train/hang.py)."""
+    cannot end, counts itself in and ends (train/toolkit/hang.py)."""
     store = default_store()
     try:
         hang.publish("end")

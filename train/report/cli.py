@@ -3,7 +3,6 @@ import argparse
 import sys
 from pathlib import Path
 
-
 from train.report.console import align
 from train.report.run_records import load_summary
 from train.report.runs import write_report

@@ -8,7 +8,6 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_INFO = Path("/etc/race-lab/image.json")  # written into the container image at build time
 

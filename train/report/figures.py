@@ -8,7 +8,6 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 
-
 MARGIN = 0.15  # inches kept clear on each side of wrapped text and of the legend
 
 

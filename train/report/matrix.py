@@ -9,10 +9,9 @@ verdict and the dominant rank outcome. Built from report.py's rows (one per run)
 from collections import Counter
 from pathlib import Path
 
-from train.report import rates
 from train.judge.vocabulary import OUTCOMES
+from train.report import rates
 from train.report.files import save_png_atomic
-
 
 SCENARIO_ORDER = ["seed", "stale", "torn", "skip_if_missing", "disagree", "save_fails", "many_writers",
                   "no_shared_fs", "crash_mid_save", "pointer_first", "cleanup", "resume_disagree"]

@@ -21,7 +21,7 @@ def scenario_references(configs: Path) -> dict:
 
 
 def write_matrix(root: Path, rows: list, configs: Path) -> str:
-    """matrix.csv, matrix.md, matrix.png and matrix.html (train/matrix_html.py) into root; returns the table."""
+    """matrix.csv, matrix.md, matrix.png and matrix.html (train/report/matrix_html.py) into root; returns the table."""
     from train.report.matrix_html import write_html
 
     cells = build(rows)

@@ -12,8 +12,15 @@ import re
 from pathlib import Path
 from urllib.parse import quote
 
-from train.report.matrix import COLOURS, EXPLAINED, TITLE, fixes_shown, frameworks, label, scenarios_shown
-
+from train.report.matrix import (
+    COLOURS,
+    EXPLAINED,
+    TITLE,
+    fixes_shown,
+    frameworks,
+    label,
+    scenarios_shown,
+)
 
 NO_SUMMARY = "no summary.json: the job died before it recorded a verdict"
 

@@ -8,11 +8,9 @@ from pathlib import Path
 from train.config import ConfigError
 from train.events import events_dir, read_events
 from train.judge.verdict import judge
-
 from train.judge.vocabulary import worst_status
 from train.report.console import format_table
 from train.report.files import write_json_atomic
-
 
 NODE_SUMMARY = "node_summary.json"
 

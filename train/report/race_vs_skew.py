@@ -1,7 +1,6 @@
 """race_vs_skew.png: the race rate with its interval against the skew, one line per fix."""
 from pathlib import Path
 
-
 from train.report.files import save_png_atomic
 
 
@@ -15,7 +14,9 @@ def race_vs_skew_figure(groups):
     lines = {k: v for k, v in lines.items() if len(v) > 1}
     if not lines:
         return None
-    from matplotlib.figure import Figure  # no pyplot: no global state, so a thread may draw
+    from matplotlib.figure import (
+        Figure,  # no pyplot: no global state, so a thread may draw
+    )
     from matplotlib.ticker import PercentFormatter
 
     fig = Figure(figsize=(7, 4.2))

@@ -6,13 +6,14 @@ counted apart (NOT_COUNTED), never in a denominator. Pure functions.
 """
 from collections import Counter
 
-
 NOT_COUNTED = ("interrupted", "error", "crashed")
 
 
 def interval(k: int, n: int) -> tuple:
     """The 95% Wilson score interval of k successes in n > 0 trials, as (low, high) shares."""
-    from scipy.stats import binomtest  # imported here: scipy takes a while and most callers never need it
+    from scipy.stats import (
+        binomtest,  # imported here: scipy takes a while and most callers never need it
+    )
 
     ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
     return float(ci.low), float(ci.high)

@@ -3,8 +3,6 @@ import json
 from pathlib import Path
 
 
-
-
 def load_summary(run_dir) -> dict:
     path = Path(run_dir) / "summary.json"
     if not path.exists():

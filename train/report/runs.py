@@ -11,14 +11,13 @@ from pathlib import Path
 
 import yaml
 
-from train.report import rates
 from train.events import read_events
-from train.report.matrix_files import write_matrix
 from train.judge.vocabulary import OUTCOMES, saves
-from train.report.timeline import draw_timeline
+from train.report import rates
+from train.report.matrix_files import write_matrix
 from train.report.race_vs_skew import plot_race_vs_skew
 from train.report.run_records import find_runs, read_summary, unreadable
-
+from train.report.timeline import draw_timeline
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 FIELDS = ["job", "scenario", "framework", "variant", "skew_s", "skew_rank", "world_size", "epochs", "seed", "repeat", "status",

@@ -1,12 +1,10 @@
 """timeline.png: each rank's phases and failures over the run's time."""
 from pathlib import Path
 
-
 from train.events import read_events
 from train.judge.vocabulary import saves
 from train.report.files import save_png_atomic
 from train.report.run_records import load_summary, read_summary
-
 
 PHASES = [  # (label, start event, end events, colour), drawn in this order
     ("start-up", "rank_start", ("fit_start",), "#d9d9d9"),

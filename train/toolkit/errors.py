@@ -1,8 +1,6 @@
 """An exception as event fields: its type, first line, whether it timed out, whether a checkpoint's bytes were being decoded."""
 import traceback
 
-
-
 READERS = ("torch/serialization.py", "torch/_weights_only_unpickler.py", "/zipfile.py", "/pickle.py",
            "safetensors/torch.py")  # where an exception means the file's bytes could not be read
 

@@ -4,7 +4,7 @@ Each rank publishes where it is on torch.distributed's default store (the elasti
 every rank), under race-lab/where/<rank>, as JSON:
   {"at": "sync", "how": "barrier", "n": N, "t": ...}  it waits in its N-th collective sync (train/fixes.py watched)
   {"at": "work", "n": N, "t": ...}   between syncs: training, a stall, a save, a load; it may come to any sync
-  {"at": "end", "n": N, "t": ...}    its fit and load are over; it waits for every rank (train/worker.py)
+  {"at": "end", "n": N, "t": ...}    its fit and load are over; it waits for every rank (train/rank/worker.py)
   {"at": "done", "n": N, "t": ...}   it is leaving
 N counts the collective syncs (COLLECTIVES) the rank has entered so far; t is when it got there.
 
@@ -30,7 +30,6 @@ import torch.distributed as dist
 
 from train.toolkit.rank import say
 from train.torch_private import default_store
-
 
 COLLECTIVES = ("barrier", "broadcast", "agree")  # watched waits that every rank must enter (train/fixes.py)
 POLL_S = 0.1  # how often a watcher reads its peers' places

@@ -12,7 +12,7 @@ import torch.distributed as dist
 class Rank:
     """One rank's view of the run, handed to its framework's adapter."""
     cfg: dict  # the whole config (train/config.py)
-    plan: dict  # device, backend (train/plan.py)
+    plan: dict  # device, backend (train/launch/plan.py)
     run_dir: str  # the run dir (events/, logs/); checkpoints go to checkpoint_dir(cfg)
     events: object  # this rank's EventLog
     faults: object  # train/faults.py's points for this run
@@ -21,7 +21,7 @@ class Rank:
 
 def named_class(dotted: str):
     """The class a dotted path names (callback._target_: fastai's fixes, or a class of your own, which the
-    launcher has checked: train/own_class.py)."""
+    launcher has checked: train/launch/own_class.py)."""
     module, _, name = dotted.rpartition(".")
     return getattr(importlib.import_module(module), name)
 
@@ -45,7 +45,7 @@ def node_disk(cfg: dict) -> str:
 def checkpoint_dir(cfg: dict) -> str:
     """Where this rank's node keeps checkpoints. One folder for all; with checkpoint.node_local each node
     its own disk: a private tmpfs on the same path (each node's agent in its own mount namespace,
-    train/nodes.py), or where that is not possible, a folder of its own, <dir>/node<K>. A node is the
+    train/launch/nodes.py), or where that is not possible, a folder of its own, <dir>/node<K>. A node is the
     rendezvous' (GROUP_RANK: the node that holds global rank 0 is node 0)."""
     folder = cfg["checkpoint"]["dir"]
     if node_disk(cfg) == "folder":
