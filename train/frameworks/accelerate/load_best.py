@@ -30,6 +30,7 @@ it (a scenario's own value wins). The optimizer is not prepared, so
 save_state keeps the model only (with no accumulation nor mixed precision, prepare only wraps its step()).
 """
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -37,16 +38,14 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import SAFE_WEIGHTS_NAME, ProjectConfiguration, set_seed
 from safetensors.torch import load_file
-from safetensors.torch import save as safetensors_bytes
 from torch.utils.data import DataLoader, TensorDataset
 
 from train.fixes import SyncFailed, agree, atomic_write, broadcast_read, wait_for_file, watched
 from train.toolkit.rank import Rank, checkpoint_dir, last_epoch, local_rank, say
 from train.toolkit.model import digits_split, small_cnn, weights_digest
 from train.toolkit.errors import error_fields
-
-
-FIXES = ("as_shipped", "wait_for_everyone", "save_on_each_node", "agreed", "broadcast", "poll", "atomic")
+from train.toolkit.resume import write_in_place
+from train.frameworks.accelerate.seams import write_model_file
 
 
 def fit_and_load(rank: Rank):
@@ -62,8 +61,7 @@ class AccelerateRun:
     def __init__(self, rank: Rank):
         cfg = rank.cfg
         self.rank, self.cfg, self.events, self.faults = rank, cfg, rank.events, rank.faults
-        self.fix = cfg["callback"]["name"]
-        assert self.fix in FIXES, f"callback={self.fix}: configs/framework/accelerate.yaml should have refused it"
+        self.way = BY_FIX[cfg["callback"]["name"]]
         self.folder = Path(checkpoint_dir(cfg)) / cfg["checkpoint"]["name"]  # save_state's output_dir
         self.model_file = self.folder / SAFE_WEIGHTS_NAME  # what save_state writes for the model
         self.timeout_s = cfg["timeout"]["collective_s"]  # a wait that is not a collective (poll, atomic)
@@ -80,7 +78,7 @@ class AccelerateRun:
         self.accelerator = accelerator = Accelerator(
             cpu=self.rank.device.type == "cpu",
             project_config=ProjectConfiguration(project_dir=self.rank.run_dir,
-                                                save_on_each_node=self.fix == "save_on_each_node"))
+                                                save_on_each_node=self.way.save_on_each_node))
         accelerator.register_save_state_pre_hook(self.before_save)
         accelerator.register_load_state_pre_hook(self.before_load)
         set_seed(cfg["seed"])
@@ -152,16 +150,9 @@ class AccelerateRun:
     def before_save(self, models, weights, output_dir):
         """Accelerate's save pre-hook, on every rank, before it writes; weights[0]: the model's state dict."""
         self.written = weights_digest(weights[0])
-        if not self.is_writer() or not (self.fix == "atomic" or write_fault_placed(self.faults)):
+        if not self.is_writer() or (self.way.write is write_in_place and not write_fault_placed(self.faults)):
             return  # Accelerate writes the model itself
-        data = safetensors_bytes(weights[0], metadata={"format": "pt"})  # the bytes Accelerate would write
-        path = Path(output_dir) / SAFE_WEIGHTS_NAME
-        if self.fix == "atomic":
-            atomic_write(path, lambda f: self.faults.write(f, data, self.last))
-        else:
-            with open(path, "wb") as f:
-                self.faults.write(f, data, self.last)
-        weights.clear()  # written: Accelerate writes no model file (its docs' override)
+        write_model_file(weights, output_dir, self.way.write, lambda f, data: self.faults.write(f, data, self.last))
 
     # --- the load at the end ---
     def load_at_end(self):
@@ -186,20 +177,26 @@ class AccelerateRun:
 
     def sync(self) -> bool:
         """Between the last save and the load; False: do not load."""
-        if self.fix in ("wait_for_everyone", "save_on_each_node"):
-            return watched(self.events, "barrier", self.accelerator.wait_for_everyone)
-        if self.fix in ("poll", "atomic"):
-            return watched(self.events, "file", lambda: wait_for_file(self.model_file, self.timeout_s))
-        if self.fix == "agreed":
-            def decide():
-                ok = self.save_ok is not False and self.model_file.exists()
-                return ok, "" if ok else "rank 0's save failed" if self.save_ok is False else "rank 0 has no checkpoint"
-            return agree(self.events, decide)
+        return self.way.sync(self)
+
+    def sync_none(self) -> bool:
         return True  # as_shipped; broadcast syncs in its read
+
+    def sync_barrier(self) -> bool:
+        return watched(self.events, "barrier", self.accelerator.wait_for_everyone)
+
+    def sync_file(self) -> bool:
+        return watched(self.events, "file", lambda: wait_for_file(self.model_file, self.timeout_s))
+
+    def sync_agreed(self) -> bool:
+        def decide():
+            ok = self.save_ok is not False and self.model_file.exists()
+            return ok, "" if ok else "rank 0's save failed" if self.save_ok is False else "rank 0 has no checkpoint"
+        return agree(self.events, decide)
 
     def guard_allows(self, stage: str) -> bool:
         """checkpoint.guard: a local exists() check before the sync or before the load (agreed replaces it)."""
-        if self.fix == "agreed" or self.guard != stage or self.model_file.exists():
+        if self.way.sync is AccelerateRun.sync_agreed or self.guard != stage or self.model_file.exists():
             return True
         self.events.record("skip", reason=f"no checkpoint file when it looked (checkpoint.guard={stage})")
         say("No checkpoint file: not loading.")
@@ -208,7 +205,7 @@ class AccelerateRun:
     def before_load(self, models, input_dir):
         """Accelerate's load pre-hook, on every rank, before it reads; models[0]: the prepared model."""
         self.faults.before_load()
-        if self.fix != "broadcast":
+        if not self.way.broadcast:
             self.record_load_attempt()
             return
 
@@ -222,3 +219,24 @@ class AccelerateRun:
     def record_load_attempt(self):
         size = self.model_file.stat().st_size if self.model_file.exists() else None
         self.events.record("load_attempt", path=str(self.model_file), bytes=size)
+
+
+@dataclass(frozen=True)
+class Way:
+    """How the loop does one fix: each field one difference from the loop as the docs show it (as_shipped)."""
+    sync: object = AccelerateRun.sync_none  # between the last save and the load, on every rank; False: do not load
+    write: object = write_in_place  # how the writer puts model.safetensors: write(path, fill)
+    save_on_each_node: bool = False  # ProjectConfiguration(save_on_each_node=True): each node's main process writes
+    broadcast: bool = False  # rank 0 reads, the others get its weights through a collective
+
+
+# the dispatch: callback.name -> how the loop does it (configs/framework/accelerate.yaml's not_for says which apply)
+BY_FIX = {
+    "as_shipped": Way(),
+    "wait_for_everyone": Way(sync=AccelerateRun.sync_barrier),
+    "save_on_each_node": Way(sync=AccelerateRun.sync_barrier, save_on_each_node=True),
+    "agreed": Way(sync=AccelerateRun.sync_agreed),  # its decision replaces checkpoint.guard's exists() check
+    "broadcast": Way(broadcast=True),
+    "poll": Way(sync=AccelerateRun.sync_file),
+    "atomic": Way(sync=AccelerateRun.sync_file, write=atomic_write),
+}

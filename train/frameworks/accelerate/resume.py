@@ -37,25 +37,39 @@ Events: those of train/frameworks/torch_loop.py, `path` a checkpoint_<i> folder.
 """
 import json
 import re
-import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import SAFE_WEIGHTS_NAME, ProjectConfiguration, set_seed
-from safetensors.torch import save as safetensors_bytes
 from torch.utils.data import DataLoader, TensorDataset
 
-from train.events import attempt
 from train.fixes import SyncFailed, atomic_write, is_complete, marker_of, rank0_decides, write_marker
-from train.toolkit.rank import Rank, checkpoint_dir, local_rank, say
+from train.toolkit.rank import Rank, checkpoint_dir, say
 from train.toolkit.model import digits_split, small_cnn
 from train.toolkit.errors import error_fields
 from train.toolkit.model import weights_digest
+from train.toolkit.resume import start_attempt, write_in_place
+from train.frameworks.accelerate.seams import write_model_file
 
 
-RESUME_FIXES = ("as_shipped", "atomic", "manifest", "agreed")
+@dataclass(frozen=True)
+class Way:
+    """How the loop does one fix: each field one difference from the user's pattern as shipped (as_shipped)."""
+    write: object = write_in_place  # how the main process puts model.safetensors: write(path, fill)
+    marker: bool = False  # a marker written last; the newest complete folder read, the next save past every folder
+    rank0_picks: bool = False  # rank 0 picks the folder as load_state() would, every rank loads that one
+
+
+# the dispatch: callback.name -> how the loop does it (configs/framework/accelerate.yaml's not_for says which apply)
+BY_FIX = {
+    "as_shipped": Way(),
+    "atomic": Way(write=atomic_write),
+    "manifest": Way(marker=True),
+    "agreed": Way(rank0_picks=True),
+}
 
 
 def number_of(folder) -> int:
@@ -67,8 +81,7 @@ class AccelerateResume:
     def __init__(self, rank: Rank):
         cfg = rank.cfg
         self.rank, self.cfg, self.events, self.faults = rank, cfg, rank.events, rank.faults
-        self.fix = cfg["callback"]["name"]
-        assert self.fix in RESUME_FIXES, f"callback={self.fix}: configs/framework/accelerate.yaml should refuse it"
+        self.way = BY_FIX[cfg["callback"]["name"]]
         self.project_dir = Path(checkpoint_dir(cfg))  # ProjectConfiguration's project_dir
         self.folder = self.project_dir / "checkpoints"  # where automatic_checkpoint_naming puts checkpoint_<i>
         self.keep = cfg["checkpoint"]["keep_last"]  # total_limit (0: keep all)
@@ -79,9 +92,7 @@ class AccelerateResume:
 
     def run(self):
         cfg, data = self.cfg, self.cfg["data"]
-        self.events.record("loop_start", keep_last=self.keep, pointer=cfg["checkpoint"]["pointer"])
-        if attempt() == 0 and not cfg["checkpoint"]["keep_existing"] and local_rank() == 0:
-            shutil.rmtree(self.folder, ignore_errors=True)  # a fresh run; a restart keeps what it finds
+        start_attempt(self.rank, self.folder)
         # the process group is train/worker.py's (gloo, timeout.collective_s): Accelerate finds it and uses it
         self.accelerator = accelerator = Accelerator(
             cpu=self.rank.device.type == "cpu",
@@ -89,7 +100,6 @@ class AccelerateResume:
                                                 total_limit=self.keep or None))
         accelerator.register_save_state_pre_hook(self.before_save)
         accelerator.register_load_state_pre_hook(self.before_load)
-        accelerator.wait_for_everyone()  # no rank lists the folder while rank 0 empties it
         set_seed(cfg["seed"])
         x_train, y_train, _, _ = digits_split(data, cfg["seed"])
         optimizer = torch.optim.SGD((model := small_cnn(1)).parameters(), lr=cfg["lr"])  # as torch_loop's
@@ -138,7 +148,7 @@ class AccelerateResume:
         listed = self.checkpoints()
         names = [p.name for p in listed]
         chosen = self.choose(listed)
-        if self.fix == "manifest" and listed:  # the next save goes past every folder there: the newest may be an
+        if self.way.marker and listed:  # the next save goes past every folder there: the newest may be an
             self.accelerator.project_configuration.iteration = number_of(listed[-1]) + 1  # incomplete one
         if chosen is None:
             self.events.record("resume", epoch=-1, step=0, path=None, digest=self.digest(), listing=names)
@@ -153,20 +163,20 @@ class AccelerateResume:
             say(f"Resume from {Path(self.loading or '?').name} failed: {type(e).__name__}: {e}")
             raise
         loaded = Path(self.loading)
-        epoch = self.marked_epoch(loaded) if self.fix == "manifest" else number_of(loaded)  # the examples' way
+        epoch = self.marked_epoch(loaded) if self.way.marker else number_of(loaded)  # the examples' way
         step = (epoch + 1) * self.steps_per_epoch
         self.events.record("resume", epoch=epoch, step=step, path=str(loaded), digest=self.digest(), listing=names)
-        if self.fix != "manifest":  # the next save's checkpoint_<i>: the user's line (load_state does not set it)
+        if not self.way.marker:  # the next save's checkpoint_<i>: the user's line (load_state does not set it)
             self.accelerator.project_configuration.iteration = epoch + 1
         say(f"Resumed from {loaded.name} (epoch {epoch}, step {step}).")
         return epoch + 1
 
     def choose(self, listed: list):
         """None: a fresh start; "newest": load_state() picks; else the folder to pass to load_state."""
-        if self.fix == "manifest":
+        if self.way.marker:
             complete = [p for p in listed if is_complete(p / SAFE_WEIGHTS_NAME)]
             return complete[-1] if complete else None
-        if self.fix == "agreed":
+        if self.way.rank0_picks:
             chosen = rank0_decides(self.events, lambda: str(listed[-1]) if listed else None)
             return Path(chosen) if chosen else None
         return "newest" if listed else None  # the user's guard: load_state() with nothing there raises
@@ -192,7 +202,7 @@ class AccelerateResume:
         if main:
             self.events.record("save_start", epoch=epoch, step=step, path=str(path))
         self.accelerator.save_state()
-        if self.fix == "manifest":
+        if self.way.marker:
             self.accelerator.wait_for_everyone()  # every rank's files are written: then the commit point
             if main:
                 model_file = path / SAFE_WEIGHTS_NAME
@@ -208,17 +218,11 @@ class AccelerateResume:
         if self.accelerator.is_main_process:  # total_limit's deletion is done by now, the new files not yet
             for gone in sorted(self.before - set(self.checkpoints()), key=number_of):
                 self.events.record("rotate", path=str(gone))
-        if not self.accelerator.is_main_process or not (self.fix == "atomic" or
-                                                        self.cfg["fault"]["kill_at"] == "mid_write"):
+        if not self.accelerator.is_main_process or (self.way.write is write_in_place and
+                                                    self.cfg["fault"]["kill_at"] != "mid_write"):
             return  # Accelerate writes the model itself
-        data = safetensors_bytes(weights[0], metadata={"format": "pt"})  # the bytes Accelerate would write
-        path = Path(output_dir) / SAFE_WEIGHTS_NAME
-        if self.fix == "atomic":
-            atomic_write(path, lambda f: self.faults.resume_write(f, data, self.epoch, output_dir))
-        else:
-            with open(path, "wb") as f:
-                self.faults.resume_write(f, data, self.epoch, output_dir)
-        weights.clear()  # written: Accelerate writes no model file (its docs' override)
+        write_model_file(weights, output_dir, self.way.write,
+                         lambda f, data: self.faults.resume_write(f, data, self.epoch, output_dir))
 
 
 def fit_and_resume(rank: Rank):

@@ -13,7 +13,11 @@ from fastai.torch_core import set_seed
 import train.frameworks.fastai.callbacks  # noqa: F401  (the fixes, imported once in the forkserver's preload)
 from train.frameworks.fastai.data import CHANNELS, make_dls
 from train.frameworks.fastai.gloo import distrib_ctx
+from train.frameworks import CLASS_NAMED
 from train.toolkit.rank import Rank, checkpoint_dir, named_class
+
+
+BY_FIX = CLASS_NAMED  # the dispatch: each fix is the SaveModelCallback subclass callback._target_ names (callbacks.py)
 
 
 def epoch_table(learn):

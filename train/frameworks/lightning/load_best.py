@@ -39,6 +39,7 @@ Noted, not under test: fsspec's transaction writes to a temporary file in the sy
 onto the checkpoint's name at commit; on another filesystem (a node's own disk here) the move is a copy.
 """
 import os
+from dataclasses import dataclass
 from datetime import timedelta
 
 import pytorch_lightning as pl
@@ -56,9 +57,6 @@ from train.toolkit.errors import error_fields
 from train.frameworks.lightning.seams import CHECKPOINT_SUFFIX, FaultyFileSystem, quiet, use_faulty_filesystem
 
 
-FIXES = ("as_shipped", "broadcast", "agreed", "own")
-
-
 # --- save and load: the CheckpointIO plugin ------------------------------------------------------------------
 
 class SkippedLoad(Exception):
@@ -67,11 +65,11 @@ class SkippedLoad(Exception):
 
 class RaceCheckpointIO(TorchCheckpointIO):
     """Lightning's TorchCheckpointIO, observed; a fix changes how the load reads (broadcast) or whether every rank
-    loads (agreed). rank: this rank's context; fix: callback.name."""
+    loads (agreed). rank: this rank's context; way: how the fix is done (BY_FIX's)."""
 
-    def __init__(self, rank: Rank, fix: str):
+    def __init__(self, rank: Rank, way):
         super().__init__()
-        self.rank, self.events, self.faults, self.fix = rank, rank.events, rank.faults, fix
+        self.rank, self.events, self.faults, self.way = rank, rank.events, rank.faults, way
         self.save_ok = None  # the last save's result, on rank 0
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
@@ -86,7 +84,7 @@ class RaceCheckpointIO(TorchCheckpointIO):
             self.save_ok = False
             self.events.record("save_error", epoch=epoch, **error_fields(e))
             say(f"Save failed: {type(e).__name__}: {e}")
-            if self.fix != "agreed":
+            if not self.way.agreed:
                 raise  # as shipped: out of Trainer.save_checkpoint, before its barrier
             return  # agreed: training goes on, and the load's decision says the save failed
         finally:
@@ -99,10 +97,10 @@ class RaceCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(self, path, map_location=None, weights_only=None):
         """Every rank, from validate(ckpt_path="best"): the digest recorded is of the state dict it read."""
         self.faults.before_load()
-        if self.fix == "agreed" and not agree(self.events, lambda: self.decide(path)):
+        if self.way.agreed and not agree(self.events, lambda: self.decide(path)):
             raise SkippedLoad("every rank agreed not to load")
         try:
-            if self.fix == "broadcast":
+            if self.way.broadcast:
                 checkpoint = broadcast_read(self.events, lambda: self.read(path, map_location))
             else:
                 checkpoint = self.read(path, map_location)
@@ -227,9 +225,7 @@ def remove_earlier_checkpoints(folder: str):
 
 def fit_and_load(rank: Rank):
     cfg, events = rank.cfg, rank.events
-    fix = cfg["callback"]["name"]
-    if fix not in FIXES:
-        raise ValueError(f"callback={fix}: Lightning's adapter does {', '.join(FIXES)}")
+    way = BY_FIX[cfg["callback"]["name"]]
     quiet()
     use_faulty_filesystem()
     pl.seed_everything(cfg["seed"], verbose=False)
@@ -244,10 +240,10 @@ def fit_and_load(rank: Rank):
     module = DigitsModule(cfg["lr"], rank.faults)
     strategy = WatchedDDPStrategy(events, process_group_backend=rank.plan["backend"],
                                   timeout=timedelta(seconds=cfg["timeout"]["collective_s"]))
-    checkpoint_class, io_class = own_classes(cfg) if fix == "own" else (ModelCheckpoint, RaceCheckpointIO)
+    checkpoint_class, io_class = way.classes(cfg)
     best = checkpoint_class(dirpath=folder, filename=cfg["checkpoint"]["name"], monitor="val_acc", mode="max",
                             save_top_k=1)
-    checkpoint_io = io_class(rank, fix)
+    checkpoint_io = io_class(rank, way)
     trainer = pl.Trainer(accelerator=rank.device.type, devices=cfg["world_size"] // cfg["nnodes"],
                          num_nodes=cfg["nnodes"], strategy=strategy, callbacks=[best, RaceCallback(rank)],
                          plugins=[checkpoint_io], enable_progress_bar=False, enable_model_summary=False, logger=False,
@@ -263,6 +259,11 @@ def fit_and_load(rank: Rank):
     events.record("final", digest=weights_digest(module.state_dict()))
 
 
+def shipped_classes(cfg: dict):
+    """(the ModelCheckpoint class, the CheckpointIO class): Lightning's, RaceCheckpointIO observing the shipped one."""
+    return ModelCheckpoint, RaceCheckpointIO
+
+
 def own_classes(cfg: dict):
     """callback=own: (the ModelCheckpoint class, the CheckpointIO class) with yours in its place. A CheckpointIO of
     yours (a TorchCheckpointIO subclass, constructible with no arguments) runs under RaceCheckpointIO's
@@ -271,6 +272,24 @@ def own_classes(cfg: dict):
     if issubclass(own, ModelCheckpoint):
         return own, RaceCheckpointIO
     return ModelCheckpoint, type(f"Race{own.__name__}", (RaceCheckpointIO, own), {})
+
+
+@dataclass(frozen=True)
+class Way:
+    """How the adapter does one fix: each field one difference from Lightning as shipped (as_shipped)."""
+    classes: object = shipped_classes  # classes(cfg): the ModelCheckpoint and CheckpointIO classes used
+    broadcast: bool = False  # rank 0 reads, the others get its checkpoint through a collective
+    agreed: bool = False  # a failed save is recorded, not raised; rank 0 decides for every rank whether to load
+
+
+# the dispatch: callback.name -> how the adapter does it (configs/framework/lightning.yaml's not_for says why the
+# other fixes are n/a)
+BY_FIX = {
+    "as_shipped": Way(),
+    "broadcast": Way(broadcast=True),
+    "agreed": Way(agreed=True),
+    "own": Way(classes=own_classes),
+}
 
 
 def run(events, what: str, call, strategy) -> bool:

@@ -42,30 +42,27 @@ save_last="link" replaces last.ckpt by os.remove, then os.symlink (a kill betwee
 """
 import os
 import re
-import shutil
 import warnings
 from datetime import timedelta
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.plugins import TorchCheckpointIO
 from pytorch_lightning.strategies import DDPStrategy
 from torch.utils.data import DataLoader, TensorDataset
 
-from train.events import attempt
 from train.fixes import SyncFailed, rank0_decides
-from train.toolkit.rank import Rank, checkpoint_dir, local_rank, say
+from train.toolkit.rank import Rank, checkpoint_dir, say
 from train.toolkit.model import digits_split, small_cnn
 from train.toolkit.errors import error_fields
 from train.toolkit.model import weights_digest
+from train.toolkit.resume import start_attempt
 from train.frameworks.lightning.seams import FaultyFileSystem, quiet, use_faulty_filesystem
 
 
-FIXES = ("as_shipped", "agreed")
 LAST = re.compile(r"^last(-v?\d+)?\.ckpt$")  # ModelCheckpoint's last checkpoint and its versions (last-v1.ckpt)
 
 
@@ -180,10 +177,7 @@ class LightningResume:
     def __init__(self, rank: Rank):
         cfg = rank.cfg
         self.rank, self.cfg, self.events, self.faults = rank, cfg, rank.events, rank.faults
-        self.fix = cfg["callback"]["name"]
-        if self.fix not in FIXES:
-            raise ValueError(f"callback={self.fix}: Lightning's resume does {', '.join(FIXES)} "
-                             "(configs/framework/lightning.yaml should have said n/a)")
+        self.ckpt_path = BY_FIX[cfg["callback"]["name"]]  # ckpt_path(self): what fit is given, as the fix has it
         self.folder = checkpoint_dir(cfg)
         self.keep = cfg["checkpoint"]["keep_last"]  # 0: keep all
         self.use_pointer = cfg["checkpoint"]["pointer"]  # last.ckpt as a symlink (save_last="link")
@@ -192,14 +186,10 @@ class LightningResume:
 
     def run(self):
         cfg = self.cfg
-        self.events.record("loop_start", keep_last=self.keep, pointer=self.use_pointer)
+        start_attempt(self.rank, self.folder)
         quiet()
         warnings.filterwarnings("ignore", message=r".*there is no last checkpoint available.*")  # a fresh start
         use_faulty_filesystem()
-        if attempt() == 0 and not cfg["checkpoint"]["keep_existing"] and local_rank() == 0:
-            shutil.rmtree(self.folder, ignore_errors=True)  # a fresh run; a restart keeps what it finds
-        os.makedirs(self.folder, exist_ok=True)
-        dist.barrier()  # no rank lists the folder while rank 0 empties it
         pl.seed_everything(cfg["seed"], verbose=False)
 
         x_train, y_train, _, _ = digits_split(cfg["data"], cfg["seed"])
@@ -219,7 +209,7 @@ class LightningResume:
                              num_sanity_val_steps=0)
 
         try:
-            trainer.fit(module, train_dl, ckpt_path=self.ckpt_path())
+            trainer.fit(module, train_dl, ckpt_path=self.ckpt_path(self))
         except SyncFailed:
             raise RuntimeError("a sync failed (recorded)") from None
         except Recorded:
@@ -234,13 +224,15 @@ class LightningResume:
         # its parameters, which DDP keeps equal on every rank; BatchNorm's statistics are each rank's last batch's
         self.events.record("final", digest=weights_digest(dict(module.named_parameters())))
 
-    def ckpt_path(self):
-        """What fit is given: "last" as shipped (every rank finds it, through the listing seam); with agreed, the
-        file rank 0 finds by Lightning's own rule, the same on every rank (None: a fresh start everywhere)."""
-        if self.fix == "agreed":
-            return rank0_decides(self.events, self.newest_last)
+    def last_each_rank_finds(self):
+        """As shipped: fit is given "last", and every rank finds it itself, through the listing seam."""
         FaultyFileSystem.listing = self.see
         return "last"
+
+    def last_rank0_finds(self):
+        """agreed: fit is given the file rank 0 finds by Lightning's own rule, the same on every rank (None: a fresh
+        start everywhere)."""
+        return rank0_decides(self.events, self.newest_last)
 
     def see(self, folder: str, paths: list) -> list:
         """The listing of the checkpoint folder as this rank sees it: its last*.ckpt, oldest first by modification
@@ -258,6 +250,11 @@ class LightningResume:
         seen = self.see(self.folder, [os.path.join(self.folder, n) for n in os.listdir(self.folder)])
         last = [p for p in seen if LAST.match(os.path.basename(p))]
         return max(last, key=modified) if last else None
+
+
+# the dispatch: callback.name -> the ckpt_path that fit(ckpt_path=...) is given (configs/framework/lightning.yaml's
+# not_for says why the other fixes are n/a)
+BY_FIX = {"as_shipped": LightningResume.last_each_rank_finds, "agreed": LightningResume.last_rank0_finds}
 
 
 def modified(path: str) -> float:

@@ -32,7 +32,7 @@ Events (train/outcomes.py's resume rules read them; every one carries `attempt`,
 """
 import io
 import re
-import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -42,16 +42,34 @@ from torch.distributed.checkpoint import FileSystemWriter
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from train.events import attempt
 from train.fixes import (SyncFailed, atomic_write, dcp_load, dcp_save, is_complete, rank0_decides, remove_checkpoint,
                          rotate_on_rank0, watched, write_marker)
-from train.toolkit.rank import Rank, checkpoint_dir, local_rank, say
+from train.toolkit.rank import Rank, checkpoint_dir, say
+from train.toolkit.resume import start_attempt, write_in_place
 from train.toolkit.model import digits_split, small_cnn
 from train.toolkit.errors import error_fields
 from train.toolkit.model import weights_digest
 
 
-FIXES = ("in_place", "atomic", "dcp", "manifest", "agreed", "rank0_rotates")
+@dataclass(frozen=True)
+class Way:
+    """How the loop does one fix: each field one difference from the naive loop (callback=in_place)."""
+    write: object = write_in_place  # how rank 0 writes epoch<k>.pt: write(path, fill)
+    dcp: bool = False  # torch.distributed.checkpoint: folders epoch<k>/, every rank writes, .metadata commits
+    marker: bool = False  # a marker written last (the pointer after it, atomically); the newest complete one read
+    rank0_picks: bool = False  # rank 0 picks the checkpoint, every rank takes it
+    rank0_rotates: bool = False  # the rotation by rank 0 alone, after a barrier
+
+
+# the dispatch: callback.name -> how the loop does it (configs/framework/torch_loop.yaml's not_for says which apply)
+BY_FIX = {
+    "in_place": Way(),
+    "atomic": Way(write=atomic_write),
+    "dcp": Way(dcp=True),
+    "manifest": Way(marker=True),
+    "agreed": Way(rank0_picks=True),
+    "rank0_rotates": Way(rank0_rotates=True),
+}
 POINTER = "latest"  # DeepSpeed's name for it
 
 
@@ -76,8 +94,7 @@ class ResumeLoop:
     def __init__(self, rank: Rank):
         cfg = rank.cfg
         self.cfg, self.events, self.faults = cfg, rank.events, rank.faults
-        self.fix = cfg["callback"]["name"]
-        assert self.fix in FIXES, f"callback={self.fix}: configs/framework/torch_loop.yaml should have refused it"
+        self.rank, self.way = rank, BY_FIX[cfg["callback"]["name"]]
         self.folder = Path(checkpoint_dir(cfg))  # epoch<k>.pt (or epoch<k>/ with dcp), and `latest`
         self.keep = cfg["checkpoint"]["keep_last"]  # 0: keep all
         self.use_pointer = cfg["checkpoint"]["pointer"]  # find the newest through `latest`
@@ -86,11 +103,7 @@ class ResumeLoop:
 
     def run(self):
         cfg, data = self.cfg, self.cfg["data"]
-        self.events.record("loop_start", keep_last=self.keep, pointer=self.use_pointer)
-        if attempt() == 0 and not cfg["checkpoint"]["keep_existing"] and local_rank() == 0:
-            shutil.rmtree(self.folder, ignore_errors=True)  # a fresh run; a restart keeps what it finds
-        self.folder.mkdir(parents=True, exist_ok=True)
-        dist.barrier()  # no rank lists the folder while rank 0 empties it
+        start_attempt(self.rank, self.folder)
         torch.manual_seed(cfg["seed"])
         x_train, y_train, _, _ = digits_split(data, cfg["seed"])
         train_set = TensorDataset(x_train, y_train)
@@ -137,11 +150,11 @@ class ResumeLoop:
 
     # --- where checkpoints are ---
     def path_of(self, epoch: int) -> Path:
-        return self.folder / (f"epoch{epoch}" if self.fix == "dcp" else f"epoch{epoch}.pt")
+        return self.folder / (f"epoch{epoch}" if self.way.dcp else f"epoch{epoch}.pt")
 
     def checkpoints(self) -> list:
         """The checkpoints in the folder, oldest first, by their epoch number (a temporary file is not one)."""
-        pattern = re.compile(r"^epoch(\d+)$" if self.fix == "dcp" else r"^epoch(\d+)\.pt$")
+        pattern = re.compile(r"^epoch(\d+)$" if self.way.dcp else r"^epoch(\d+)\.pt$")
         found = [(int(m.group(1)), p) for p in self.folder.iterdir() if (m := pattern.match(p.name))]
         return [p for _, p in sorted(found)]
 
@@ -152,7 +165,7 @@ class ResumeLoop:
     def write_pointer(self, path: Path):
         """`latest` names `path`: written in place by the naive loop (as DeepSpeed's), atomically by manifest."""
         text = path.name.encode()
-        if self.fix == "manifest":
+        if self.way.marker:
             atomic_write(self.folder / POINTER, lambda f: f.write(text))
         else:
             (self.folder / POINTER).write_bytes(text)
@@ -167,15 +180,15 @@ class ResumeLoop:
             listed = self.faults.listing(self.checkpoints())
             if self.use_pointer:
                 named = self.read_pointer()
-                if self.fix != "manifest" or named is None or is_complete(named):
+                if not self.way.marker or named is None or is_complete(named):
                     return named
-            if self.fix == "dcp":
+            if self.way.dcp:
                 listed = [p for p in listed if (p / ".metadata").exists()]  # dcp's commit point
-            if self.fix == "manifest":
+            if self.way.marker:
                 listed = [p for p in listed if is_complete(p)]  # fall back to the newest complete one
             return listed[-1] if listed else None
 
-        if self.fix == "agreed":
+        if self.way.rank0_picks:
             chosen = rank0_decides(self.events, lambda: str(p) if (p := newest()) else None)
             return (Path(chosen) if chosen else None), [str(p.name) for p in listed]
         return newest(), [str(p.name) for p in listed]
@@ -190,7 +203,7 @@ class ResumeLoop:
         size = path.stat().st_size if path.is_file() else None
         self.events.record("load_attempt", path=str(path), bytes=size)
         try:
-            if self.fix == "dcp":
+            if self.way.dcp:
                 state = {"model": self.model.module.state_dict(), "epoch": torch.tensor(0), "step": torch.tensor(0)}
                 dcp_load(state, path)  # in place; its .metadata runs no foreign code
                 epoch, step = int(state["epoch"]), int(state["step"])
@@ -212,7 +225,7 @@ class ResumeLoop:
         path, step = self.path_of(epoch), (epoch + 1) * self.steps_per_epoch
         self.sync_buffers()
         weights = self.model.module.state_dict()
-        if self.fix == "dcp":
+        if self.way.dcp:
             self.save_dcp(path, epoch, step, weights)
         elif self.me == 0:
             self.save_file(path, epoch, step, weights)
@@ -223,15 +236,11 @@ class ResumeLoop:
         buffer = io.BytesIO()
         torch.save({"model": weights, "epoch": epoch, "step": step}, buffer)
         data, digest = buffer.getvalue(), weights_digest(weights)
-        if self.use_pointer and self.fix != "manifest":
+        if self.use_pointer and not self.way.marker:
             self.write_pointer(path)  # the pointer first: it names a file not yet written
         self.events.record("save_start", epoch=epoch, step=step, path=str(path))
-        if self.fix == "atomic":
-            atomic_write(path, lambda f: self.faults.resume_write(f, data, epoch, path))
-        else:
-            with open(path, "wb") as f:
-                self.faults.resume_write(f, data, epoch, path)
-        if self.fix == "manifest":
+        self.way.write(path, lambda f: self.faults.resume_write(f, data, epoch, path))
+        if self.way.marker:
             write_marker(path, data, digest=digest, step=step)  # the commit point, after the whole file
             if self.use_pointer:
                 self.write_pointer(path)  # and the pointer last
@@ -257,7 +266,7 @@ class ResumeLoop:
         if not self.keep:
             return
         old = self.checkpoints()[:-self.keep]
-        if self.fix == "rank0_rotates":
+        if self.way.rank0_rotates:
             rotate_on_rank0(self.events, old, self.delete)
             return
         self.faults.listed(old)

@@ -11,7 +11,7 @@ missing file only logs "Could not locate the best model", and the rank keeps its
 
 The seams used (all public):
   RaceTrainer.save_model   every rank, right before the barrier: fault before_last_save, the sync_enter
-  the writer's bytes       safetensors.torch.save_file is swapped inside save_model only (see write_seam):
+  the writer's bytes       safetensors.torch.save_file is swapped inside save_model only (seams.py):
                            the same bytes reach the file through faults.write (torn, save_fails)
   on_save                  after the barrier: sync_exit
   on_log(train_runtime)    the Trainer's last log before _load_best_model: train_end, fault before_load,
@@ -41,6 +41,7 @@ rank (a shared filesystem, or broadcast) ends with equal replicas.
 """
 import logging
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import safetensors.torch
@@ -51,10 +52,29 @@ from train.fixes import LoadFailedOnRank0, SyncFailed, agree, broadcast_read
 from train.toolkit.rank import Rank, checkpoint_dir, last_epoch, local_rank, named_class, say
 from train.toolkit.model import digits_split
 from train.toolkit.errors import error_fields
+from train.toolkit.resume import write_in_place
 from train.frameworks.transformers.model import Classifier, WEIGHTS, digest, epoch_of, examples, remove_contents
+from train.frameworks.transformers.seams import WriteSeamTrainer
 
 
-FIXES = ("as_shipped", "save_on_each_node", "broadcast", "agreed", "own")
+@dataclass(frozen=True)
+class Way:
+    """How the adapter does one fix: each field one difference from the Trainer as documented (as_shipped)."""
+    save_on_each_node: bool = False  # TrainingArguments(save_on_each_node=True): each node's local rank 0 writes
+    broadcast: bool = False  # rank 0 reads its best file, every rank takes those weights
+    agreed: bool = False  # a failed save is recorded, training goes on; rank 0 decides for every rank whether to load
+    own: bool = False  # a Trainer subclass or a TrainerCallback of yours (callback._target_)
+
+
+# the dispatch: callback.name -> how the adapter does it (configs/framework/transformers.yaml's not_for says why the
+# other fixes are n/a)
+BY_FIX = {
+    "as_shipped": Way(),
+    "save_on_each_node": Way(save_on_each_node=True),
+    "broadcast": Way(broadcast=True),
+    "agreed": Way(agreed=True),
+    "own": Way(own=True),
+}
 
 
 class WarningSeen(logging.Handler):
@@ -68,61 +88,41 @@ class WarningSeen(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-class RaceTrainer(Trainer):
-    """The Trainer with the faults and events at save_model, its public seam on every rank."""
+class RaceTrainer(WriteSeamTrainer):
+    """The Trainer with the faults and events at save_model, its public seam on every rank, and its write seam
+    (seams.py): the bytes of model.safetensors reach the file through faults.write (torn, save_fails)."""
 
-    def __init__(self, *args, rank: Rank, **kwargs):
+    def __init__(self, *args, rank: Rank, way: Way, **kwargs):
         super().__init__(*args, **kwargs)
-        self.rank, self.save_ok, self.phase = rank, None, "train"  # phase: where an error out of train() came from
+        self.rank, self.way, self.save_ok, self.phase = rank, way, None, "train"  # phase: where an error came from
+        self.last = False  # the save under way is the last epoch's
 
-    def save_model(self, output_dir=None, _internal_call=False):
-        if not _internal_call:  # a user's own save_model call: nothing of ours
-            return super().save_model(output_dir, _internal_call)
-        last = epoch_of(self.state) == last_epoch(self.rank.cfg)
-        if last:
+    def before_write(self):
+        self.last = epoch_of(self.state) == last_epoch(self.rank.cfg)
+        if self.last:
             self.rank.faults.before_last_save()
         self.phase = "save"
-        with write_seam(self, last):
-            super().save_model(output_dir, _internal_call)
+
+    def after_write(self):
         self.phase = "barrier"  # next in _save_checkpoint: dist.barrier(), then each rank's exists()
         self.rank.events.record("sync_enter", how="barrier")
 
-
-class write_seam:
-    """While the Trainer's save_model runs, safetensors.torch.save_file (what Trainer._save calls on the
-    writer for a plain nn.Module) is swapped for one that writes the same bytes through faults.write, and
-    records the save. A public function of safetensors, swapped for one call on this rank only; without
-    it the write point is lost (scenario=torn's mid-write stall, save_fails' OSError) and those scenarios
-    would be not_for transformers."""
-
-    def __init__(self, trainer: RaceTrainer, last: bool):
-        self.trainer, self.last = trainer, last  # last: the last epoch's save
-
-    def __enter__(self):
-        self.original = safetensors.torch.save_file
-        safetensors.torch.save_file = self.save_file
-
-    def __exit__(self, *exc):
-        safetensors.torch.save_file = self.original
-
-    def save_file(self, tensors, filename, metadata=None):
-        trainer, events = self.trainer, self.trainer.rank.events
-        state, epoch = trainer.state, epoch_of(trainer.state)
+    def write_file(self, tensors, filename, data):
+        """On the writer: the bytes through faults.write, the save recorded."""
+        events, state, epoch = self.rank.events, self.state, epoch_of(self.state)
         best = state.best_global_step == state.global_step  # this checkpoint is the one it will load at the end
         if best:
             events.record("save_start", epoch=epoch, path=str(filename))
-        data = safetensors.torch.save(tensors, metadata=metadata)  # save_file's bytes
         try:
-            with open(filename, "wb") as f:
-                trainer.rank.faults.write(f, data, self.last)
+            write_in_place(filename, lambda f: self.rank.faults.write(f, data, self.last))
         except OSError as e:
-            trainer.save_ok = False
+            self.save_ok = False
             events.record("save_error", epoch=epoch, **error_fields(e))
             say(f"Save failed: {type(e).__name__}: {e}")
-            if trainer.rank.cfg["callback"]["name"] == "agreed":
+            if self.way.agreed:
                 return  # the fix: recorded, training goes on, the ranks agree before the load
             raise  # as shipped: the error leaves train()
-        trainer.save_ok = trainer.save_ok is not False
+        self.save_ok = self.save_ok is not False
         if best:
             events.record("save_end", epoch=epoch, path=str(filename), digest=digest(tensors), bytes=len(data))
             say("Model saved.")
@@ -133,7 +133,7 @@ class Observe(TrainerCallback):
 
     def __init__(self, trainer: RaceTrainer, warnings: WarningSeen):
         self.trainer, self.warnings = trainer, warnings
-        self.rank, self.events, self.fix = trainer.rank, trainer.rank.events, trainer.rank.cfg["callback"]["name"]
+        self.rank, self.events, self.way = trainer.rank, trainer.rank.events, trainer.way
         self.attempt = None  # (path, existed) of the file this rank's Trainer was about to read
 
     def on_save(self, args, state, control, **kwargs):
@@ -145,12 +145,12 @@ class Observe(TrainerCallback):
             return  # only the log that train() writes right before _load_best_model
         self.events.record("train_end")
         say("Attempting to load model.")
-        if self.fix == "agreed" and not self.agreed(state):
+        if self.way.agreed and not self.agreed(state):
             state.best_model_checkpoint = None  # the Trainer loads only when it has one: every rank skips
             return
         self.rank.faults.before_load()
         self.trainer.phase = "load"
-        if self.fix == "broadcast":
+        if self.way.broadcast:
             return  # the Trainer's own read on each rank is replaced by rank 0's, in on_train_end
         if state.best_model_checkpoint is None:
             self.events.record("skip", reason="the Trainer had no best_model_checkpoint on this rank (the best "
@@ -175,7 +175,7 @@ class Observe(TrainerCallback):
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
         self.trainer.phase = "done"
-        if self.fix == "broadcast":
+        if self.way.broadcast:
             self.broadcast(state)
         elif self.attempt:
             self.record_trainer_read()
@@ -220,8 +220,7 @@ def fit_and_load(rank: Rank):
         remove_contents(folder)  # an earlier run's checkpoints; the folder itself may be a node's mount
     set_seed(cfg["seed"])
     x_train, y_train, x_valid, y_valid = digits_split(cfg["data"], cfg["seed"])
-    batch, fix = cfg["data"]["batch_size"], cfg["callback"]["name"]
-    assert fix in FIXES, f"callback={fix} has no seam in the transformers adapter (configs/framework/transformers.yaml)"
+    batch, way = cfg["data"]["batch_size"], BY_FIX[cfg["callback"]["name"]]
     args = TrainingArguments(
         output_dir=folder, eval_strategy="epoch", save_strategy="epoch", load_best_model_at_end=True,
         metric_for_best_model="accuracy", greater_is_better=True, num_train_epochs=cfg["epochs"],
@@ -229,7 +228,7 @@ def fit_and_load(rank: Rank):
         use_cpu=rank.device.type == "cpu", report_to=[], disable_tqdm=True, logging_strategy="no",
         ddp_backend=rank.plan["backend"], seed=cfg["seed"],
         ddp_find_unused_parameters=False,  # every parameter is used (quiets DDP's warning)
-        save_on_each_node=fix == "save_on_each_node",  # the Trainer's own option (#12421)
+        save_on_each_node=way.save_on_each_node,  # the Trainer's own option (#12421)
         # save_only_model stays False: with it a rank that writes nothing never sees the best checkpoint's
         # folder (the RNG state each rank saves creates it), so it would not even try the load
     )
@@ -239,11 +238,11 @@ def fit_and_load(rank: Rank):
         value = float((np.argmax(prediction.predictions, axis=-1) == prediction.label_ids).mean())
         return {"accuracy": rank.faults.shape_metric(value, epoch_of(trainer.state))}
 
-    own = named_class(cfg["callback"]["_target_"]) if fix == "own" else None  # a class of yours (callback=own)
+    own = named_class(cfg["callback"]["_target_"]) if way.own else None  # a class of yours (callback=own)
     trainer_class = RaceTrainer if own is None or not issubclass(own, Trainer) else \
         type(f"Race{own.__name__}", (RaceTrainer, own), {})  # RaceTrainer's calls to super() reach yours first
     trainer = trainer_class(model=Classifier(), args=args, train_dataset=examples(x_train, y_train),
-                            eval_dataset=examples(x_valid, y_valid), compute_metrics=accuracy, rank=rank)
+                            eval_dataset=examples(x_valid, y_valid), compute_metrics=accuracy, rank=rank, way=way)
     if own is not None and issubclass(own, TrainerCallback):
         trainer.add_callback(own())
     warnings = WarningSeen()

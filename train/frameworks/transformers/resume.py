@@ -20,8 +20,8 @@ The seams (all public; torch_loop.py's events with the same fields):
                                          digest of what this rank read, BEFORE DDP's constructor copies rank 0's
                                          weights to every rank (which hides a rank that read another file)
   on_train_begin                         after every read: resume{epoch, step, path, digest, listing}
-  the writer's bytes                     safetensors.torch.save_file swapped inside save_model only (as
-                                         transformers.py's write_seam): faults.resume_write, save_start
+  the writer's bytes                     safetensors.torch.save_file swapped inside save_model only (the
+                                         write seam, seams.py): faults.resume_write, save_start
   on_save                                after the whole checkpoint (and the Trainer's rotation): save_end,
                                          rotate{path} for each folder the rotation removed (seen after the fact),
                                          kill_point("after_save")
@@ -36,22 +36,37 @@ Fixes (cfg["callback"]["name"]), each from train/fixes.py:
   agreed      rank 0 runs get_last_checkpoint, every rank resumes from its answer (fixes.rank0_decides)
 """
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-import safetensors.torch
-import torch.distributed as dist
-from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers import TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint, sort_checkpoints
 
-from train.events import attempt
 from train.fixes import SyncFailed, atomic_write, is_complete, rank0_decides, write_marker
-from train.toolkit.rank import Rank, checkpoint_dir, local_rank, say
+from train.toolkit.rank import Rank, checkpoint_dir, say
 from train.toolkit.model import digits_split
 from train.toolkit.errors import error_fields
+from train.toolkit.resume import start_attempt, write_in_place
 from train.frameworks.transformers.model import WEIGHTS, Classifier, digest, epoch_of, examples, remove_contents
+from train.frameworks.transformers.seams import WriteSeamTrainer
 
 
-FIXES = ("as_shipped", "atomic", "manifest", "agreed")
+@dataclass(frozen=True)
+class Way:
+    """How the resume does one fix: each field one difference from the Trainer as documented (as_shipped)."""
+    write: object = write_in_place  # how the writer puts model.safetensors: write(path, fill)
+    marker: bool = False  # model.safetensors.complete written last; the resume from the newest complete folder
+    rank0_picks: bool = False  # rank 0 runs get_last_checkpoint, every rank resumes from its answer
+
+
+# the dispatch: callback.name -> how the resume does it (configs/framework/transformers.yaml's not_for says why the
+# other fixes are n/a)
+BY_FIX = {
+    "as_shipped": Way(),
+    "atomic": Way(write=atomic_write),
+    "manifest": Way(marker=True),
+    "agreed": Way(rank0_picks=True),
+}
 
 
 class ResumedClassifier(Classifier):
@@ -64,23 +79,18 @@ class ResumedClassifier(Classifier):
         return result
 
 
-class ResumeTrainer(Trainer):
-    """The Trainer with the write seam at save_model, its public method on every rank."""
+class ResumeTrainer(WriteSeamTrainer):
+    """The Trainer with the write seam (seams.py) at save_model, its public method on every rank."""
 
     def __init__(self, *args, run, **kwargs):
         super().__init__(*args, **kwargs)
         self.run = run  # the TrainerResume: its events, faults, fix, and the save in progress
 
-    def save_model(self, output_dir=None, _internal_call=False):
-        if not _internal_call:  # a user's own save_model call: nothing of ours
-            return super().save_model(output_dir, _internal_call)
+    def before_write(self):
         self.run.before_save = set(self.run.checkpoints())  # to see what the Trainer's rotation removes
-        original = safetensors.torch.save_file  # swapped for this call only (see transformers.py's write_seam)
-        safetensors.torch.save_file = self.run.save_file
-        try:
-            super().save_model(output_dir, _internal_call)
-        finally:
-            safetensors.torch.save_file = original
+
+    def write_file(self, tensors, filename, data):
+        self.run.save_file(tensors, filename, data)
 
 
 class Observe(TrainerCallback):
@@ -98,8 +108,7 @@ class TrainerResume:
     def __init__(self, rank: Rank):
         cfg = rank.cfg
         self.rank, self.cfg, self.events, self.faults = rank, cfg, rank.events, rank.faults
-        self.fix = cfg["callback"]["name"]
-        assert self.fix in FIXES, f"callback={self.fix}: configs/framework/transformers.yaml should have refused it"
+        self.way = BY_FIX[cfg["callback"]["name"]]
         self.folder = checkpoint_dir(cfg)  # checkpoint-<step>/ folders, the Trainer's output_dir
         self.keep = cfg["checkpoint"]["keep_last"]  # save_total_limit (0: keep all)
         self.chosen, self.listed = None, []  # the checkpoint this attempt resumes from, and the names listed
@@ -109,11 +118,7 @@ class TrainerResume:
 
     def run(self):
         cfg = self.cfg
-        self.events.record("loop_start", keep_last=self.keep, pointer=cfg["checkpoint"]["pointer"])
-        if attempt() == 0 and not cfg["checkpoint"]["keep_existing"] and local_rank() == 0:
-            remove_contents(self.folder)  # a fresh run; a restart keeps what it finds
-        os.makedirs(self.folder, exist_ok=True)
-        dist.barrier()  # no rank lists the folder while local rank 0 empties it
+        start_attempt(self.rank, self.folder, empty=remove_contents)  # the folder itself may be a node's mount
         set_seed(cfg["seed"])
         x_train, y_train, _, _ = digits_split(cfg["data"], cfg["seed"])
         batch = cfg["data"]["batch_size"]
@@ -165,7 +170,7 @@ class TrainerResume:
     def newest(self):
         """The folder get_last_checkpoint finds, as this rank lists the folder (faults.listing may hide the newest)."""
         self.listed = self.faults.listing(self.checkpoints())
-        if self.fix == "manifest":  # the newest complete one
+        if self.way.marker:  # the newest complete one
             complete = [n for n in self.listed if is_complete(os.path.join(self.folder, n, WEIGHTS))]
             return os.path.join(self.folder, complete[-1]) if complete else None
         found = get_last_checkpoint(self.folder)  # the Trainer's own rule
@@ -174,7 +179,7 @@ class TrainerResume:
         return found
 
     def choose(self):
-        if self.fix == "agreed":
+        if self.way.rank0_picks:
             return rank0_decides(self.events, self.newest)
         return self.newest()
 
@@ -190,17 +195,12 @@ class TrainerResume:
                            node_local=self.cfg["checkpoint"]["node_local"], start_epoch=epoch_of(state) + 1)
 
     # --- the save ---
-    def save_file(self, tensors, filename, metadata=None):
-        """safetensors.torch.save_file on the writer, inside save_model: the same bytes through faults.resume_write."""
+    def save_file(self, tensors, filename, data):
+        """safetensors.torch.save_file on the writer, inside save_model: its bytes through faults.resume_write."""
         state = self.trainer.state
         epoch, step, folder = epoch_of(state), state.global_step, os.path.dirname(filename)
-        data = safetensors.torch.save(tensors, metadata=metadata)  # save_file's bytes
         self.events.record("save_start", epoch=epoch, step=step, path=folder)
-        if self.fix == "atomic":
-            atomic_write(filename, lambda f: self.faults.resume_write(f, data, epoch, folder))
-        else:
-            with open(filename, "wb") as f:
-                self.faults.resume_write(f, data, epoch, folder)
+        self.way.write(filename, lambda f: self.faults.resume_write(f, data, epoch, folder))
         self.pending = (epoch, step, folder, digest(tensors), data)
 
     def saved(self, state):
@@ -211,7 +211,7 @@ class TrainerResume:
         self.pending = None
         for gone in sorted(self.before_save - set(self.checkpoints())):
             self.events.record("rotate", path=os.path.join(self.folder, gone))
-        if self.fix == "manifest":
+        if self.way.marker:
             write_marker(os.path.join(folder, WEIGHTS), data, digest=weights, step=step)  # the commit point, last
         self.events.record("save_end", epoch=epoch, step=step, path=folder, digest=weights, bytes=len(data))
         self.faults.kill_point("after_save", epoch, folder)
