@@ -1,4 +1,5 @@
-"""What each rank saw, and the run's verdict: pure functions over event records.
+"""Judging's vocabulary: the events it reads, each rank's outcome, the verdicts, and the small helpers every
+judgement shares. Pure functions over event records; nothing here imports torch or the harness.
 
 Rank events (events/rank<N>.jsonl): rank_start{node}, fit_start{node_local}, skew_start{at}, skew_end,
 read_delay_start, read_delay_end, rank_misdetected, save_start, save_end{digest, bytes},
@@ -25,9 +26,9 @@ Each rank's outcome:
   crashed  it died where a scenario placed a crash (fault.crash_rank)
   error    it failed for a reason outside the experiment: the harness's failure, not a race
 
-A run of the resume loop (framework=torch_loop: a loop_start event; every rank event has its `attempt`) is judged
-by resume_judge: each rank's resumes (resume{epoch, step, path, digest}) against the newest checkpoint whose save
-had ended before it (save_end{step, digest}), and the end of its last attempt; the run's `resume` record says
+A resume run (workload=resume: a loop_start event; every rank event has its `attempt`) is judged by
+train/judge/resume.py: each rank's resumes (resume{epoch, step, path, digest}) against the newest checkpoint whose
+save had ended before it (save_end{step, digest}), and the end of its last attempt; the run's `resume` record says
 whether it finished, ran out of restarts (each attempt: the file it died on), or ended on diverged replicas.
   loaded   it finished, and every resume was from the newest complete checkpoint (or a fresh start with none)
   stale    it resumed from an older checkpoint than the newest complete one: steps redone

@@ -1,6 +1,7 @@
-"""The launcher: Hydra main -> check the config -> start the ranks with torch elastic
--> collect what they recorded -> summary.json and the console table.
+"""The Hydra job: one run (or one job of a sweep) from its composed config to an exit code.
 
+Hydra main -> resolve and check the config (preflight.py, plan.py) -> claim the run dir -> one run on this host
+(experiment.py), or one node of several (nodes.py) -> ok | n/a | invalid | crashed | unexpected.
 It never imports a framework (fastai, Lightning, ...); each rank does, in its own process (train/rank/worker.py).
 """
 import sys

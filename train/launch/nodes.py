@@ -1,11 +1,10 @@
-"""Several nodes: a node's own record, the merge of every node's run dir into one verdict, and one
-host standing in for several nodes.
+"""Several nodes: the node's own config (Slurm's, or the command line's), and one host standing in for several.
 
 A run over nnodes machines is one `python -m train nnodes=N node_rank=K rdzv.endpoint=HOST:PORT
 rdzv.id=ID` per machine; torch elastic's c10d rendezvous joins their agents into one world. Each
 node's run dir holds its own ranks' events and logs and node_summary.json, but no verdict: a node
 sees only its ranks. `python -m train.report --merge DIR...` (or, on one host,
-launch.all_nodes_here=true) puts the nodes' records together and judges them.
+launch.all_nodes_here=true) puts the nodes' records together and judges them (train/report/node_records.py).
 
 On one host (launch.all_nodes_here=true) the run's launcher does not start a fresh `python -m train` per
 node: each node's agent is a process forked from the run's forkserver, which has imported torch and the

@@ -4,7 +4,7 @@ Rows are scenarios (what goes wrong), columns are fixes (callback variants); wit
 matrix.md has a grid per framework and matrix.png one grid with the framework as the outer row group. Each cell holds
 what every rank of every run of that pair ended up with: the runs, how many raced out of those
 that gave a verdict (with a 95% Wilson interval), the runs that did not count, the dominant
-verdict and the dominant rank outcome. Built from report.py's rows (one per run).
+verdict and the dominant rank outcome. Built from train/report/runs.py's rows (one per run).
 """
 from collections import Counter
 from pathlib import Path
