@@ -5,14 +5,17 @@ An adapter is a module with a function for each workload it has (the `workload` 
 documented way to keep the best checkpoint and load it at the end; `fit_and_resume(rank)` saves a checkpoint
 every epoch and, at the start of every attempt torch elastic makes (launch.max_restarts), resumes from the
 newest with the framework's own resume path. Both call train/faults.py's points at the framework's public
-seams and record the events that train/outcomes.py reads (see train/frameworks/common.py). Importing the
+seams and record the events that train/judge/ reads (see train/toolkit/). Importing the
 module imports its framework: the forkserver preloads the run's adapter (and only it), the launcher never imports one.
 
-  fastai.py        SaveModelCallback(every='improvement'), the seed (fixes: train/callbacks.py)
-  lightning.py     ModelCheckpoint(save_top_k=1) and validate(ckpt_path="best")
-  transformers.py  Trainer with TrainingArguments(load_best_model_at_end=True)
-  accelerate.py    Accelerator.save_state of the best, load_state at the end
-  torch_loop.py    no framework: a DDP loop that only resumes (workload=resume)
+  fastai/        SaveModelCallback(every='improvement'), the seed (its fixes: fastai/callbacks.py)
+  lightning/     ModelCheckpoint(save_top_k=1) and validate(ckpt_path="best"); fit(ckpt_path="last")
+  transformers/  Trainer with TrainingArguments(load_best_model_at_end=True); resume_from_checkpoint
+  accelerate/    Accelerator.save_state of the best, load_state at the end; load_state at every start
+  torch_loop/    no framework: a DDP loop that only resumes (workload=resume)
+Each package's __init__.py re-exports its workload functions; load_best.py and resume.py hold them, and what both
+share sits beside them (seams.py: the framework's write seam; model.py). Which fix applies where is said once,
+in configs/framework/<name>.yaml's not_for; each workload module's BY_FIX is how it does each fix it has.
 """
 import importlib
 import importlib.util

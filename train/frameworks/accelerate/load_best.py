@@ -1,5 +1,5 @@
 """accelerate 1.15, workload=load_best (workload=resume, save_state() every epoch and load_state() at the start of
-every attempt, is train/frameworks/accelerate_resume.py's, called by fit_and_resume below): the user's loop with
+every attempt, is train/frameworks/accelerate/resume.py's, called by fit_and_resume below): the user's loop with
 `Accelerator.save_state(<checkpoint_dir>/best)` on every rank whenever the validation accuracy is a new best (as
 the docs show), and `Accelerator.load_state` of that folder on every rank after the last epoch. save_state
 writes model.safetensors (safetensors) on the main process only, and neither it nor load_state waits for that
@@ -74,7 +74,7 @@ class AccelerateRun:
         cfg, data = self.cfg, self.cfg["data"]
         if not cfg["checkpoint"]["keep_existing"] and local_rank() == 0:  # each node its own, where node-local
             shutil.rmtree(self.folder, ignore_errors=True)
-        # the process group is train/worker.py's (gloo, timeout.collective_s): Accelerate finds it and uses it
+        # the process group is train/rank/worker.py's (gloo, timeout.collective_s): Accelerate finds it and uses it
         self.accelerator = accelerator = Accelerator(
             cpu=self.rank.device.type == "cpu",
             project_config=ProjectConfiguration(project_dir=self.rank.run_dir,

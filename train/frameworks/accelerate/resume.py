@@ -33,7 +33,7 @@ Fixes (cfg["callback"]["name"]), each from train/fixes.py:
               with load_state(<it>), and the next save goes past every existing folder
   agreed      rank 0 picks the folder as load_state() would (fixes.rank0_decides); every rank load_state(<it>)
 (rank0_rotates is as shipped: save_state's deletion runs on the main process only; dcp is Accelerate's FSDP path.)
-Events: those of train/frameworks/torch_loop.py, `path` a checkpoint_<i> folder.
+Events: those of train/frameworks/torch_loop/, `path` a checkpoint_<i> folder.
 """
 import json
 import re
@@ -93,7 +93,7 @@ class AccelerateResume:
     def run(self):
         cfg, data = self.cfg, self.cfg["data"]
         start_attempt(self.rank, self.folder)
-        # the process group is train/worker.py's (gloo, timeout.collective_s): Accelerate finds it and uses it
+        # the process group is train/rank/worker.py's (gloo, timeout.collective_s): Accelerate finds it and uses it
         self.accelerator = accelerator = Accelerator(
             cpu=self.rank.device.type == "cpu",
             project_config=ProjectConfiguration(project_dir=str(self.project_dir), automatic_checkpoint_naming=True,

@@ -6,7 +6,7 @@ import torch.distributed as dist
 
 def digits_dls(data: dict, seed: int, device):
     """scikit-learn's bundled 8x8 digits, two classes, as 1x8x8 images in [0, 1] (the split every
-    framework trains on: train/frameworks/common.py), in fastai's DataLoaders."""
+    framework trains on: train/toolkit/), in fastai's DataLoaders."""
     from fastai.data.core import DataLoaders
 
     from train.toolkit.model import digits_split

@@ -1,5 +1,5 @@
 """fastai: SaveModelCallback(every='improvement') keeps the best model on rank 0 and every rank loads
-it when fit ends (the seed). The fixes are SaveModelCallback subclasses in train/callbacks.py, named
+it when fit ends (the seed). The fixes are SaveModelCallback subclasses in train/frameworks/fastai/callbacks.py, named
 by callback._target_ (a class of your own works too: a SaveModelCallback subclass taking the same
 arguments, see examples/)."""
 import fastai.callback.progress  # noqa: F401  (adds Learner.no_bar)

@@ -9,7 +9,7 @@ What Lightning does, as shipped (pytorch_lightning 2.6.6, lightning_fabric 2.6.6
 - validate(ckpt_path="best") reads ModelCheckpoint.best_model_path on every rank (CheckpointIO.load_checkpoint),
   then strategy.setup broadcasts rank 0's weights to the others (_sync_module_states). So a rank's final weights
   can hide what it read: load_done carries the digest of the state dict it READ.
-- Lightning finds the process group that train/worker.py created (it does not create another, nor destroy it).
+- Lightning finds the process group that train/rank/worker.py created (it does not create another, nor destroy it).
 
 Seams, all public (no private method is patched):
   RaceCheckpointIO   a TorchCheckpointIO subclass (Trainer(plugins=[...])): save_checkpoint on rank 0 before the

@@ -23,7 +23,7 @@ Seams, all public (no private method is patched):
   ResumeCheckpointIO  a TorchCheckpointIO subclass (Trainer(plugins=[...])): save_* events around each save on rank 0,
                       load_attempt/load_error/resume around the resume's read on every rank, rotate/rotate_error
                       around rank 0's deletes; each calls the shipped implementation (super())
-  FaultyFileSystem    (train/frameworks/lightning.py) fsspec's local filesystem: the bytes of a save pass through
+  FaultyFileSystem    (train/frameworks/lightning/) fsspec's local filesystem: the bytes of a save pass through
                       faults.resume_write (kill_at=mid_write: rank 0 killed halfway through the real write), and the
                       folder listing that ckpt_path="last" makes goes through faults.listing (stale_listing)
   ResumeCheckpoint    ModelCheckpoint whose on_train_epoch_end (a public hook) is the shipped one, then

@@ -24,7 +24,7 @@ class FaultyFileOpener(LocalFileOpener):
 class FaultyFileSystem(LocalFileSystem):
     """fsspec's local filesystem; while a checkpoint is being saved (write_fault set), files opened for writing
     go through train/faults.py, and while a resume looks for the last checkpoint (listing set), so does the
-    folder's listing (train/frameworks/lightning_resume.py). Registered for "file" and "local" in the rank's
+    folder's listing (train/frameworks/lightning/resume.py). Registered for "file" and "local" in the rank's
     process, so Lightning's own writer (_atomic_save's fsspec transaction) and its search for last*.ckpt run
     unchanged on top of it. If this goes, scenario=torn, save_fails, crash_mid_save and resume_disagree have no
     place in Lightning's code: the stall, the OSError, the kill and the stale listing would not happen."""

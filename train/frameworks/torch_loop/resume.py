@@ -5,7 +5,7 @@ the newest checkpoint it finds. torch elastic restarts the whole worker group wh
 (launch.max_restarts): every attempt runs this module from the top, with TORCHELASTIC_RESTART_COUNT set.
 
 It is a workload of its own, not a mode of a save-best adapter: those keep the best and load it once at the end,
-this one saves every epoch and reads at the start; what it shares with them is in train/frameworks/common.py.
+this one saves every epoch and reads at the start; what it shares with them is in train/toolkit/.
 
 Each epoch: train (DDP's all-reduce), rank 0 saves epoch<k>.pt (torch.save bytes, through faults.resume_write),
 a barrier (as Lightning's and the Trainer's saves end), then with checkpoint.keep_last the rotation. The newest
@@ -23,7 +23,7 @@ The model is wrapped in DDP before the resume and the checkpoint is read into it
 load_state after prepare: read before wrapping, DDP's constructor would copy rank 0's weights to every rank and
 hide a rank that read another file (not its step, which the loop keeps on its own).
 
-Events (train/outcomes.py's resume rules read them; every one carries `attempt`, train/events.py):
+Events (train/judge/'s resume rules read them; every one carries `attempt`, train/events.py):
   loop_start{keep_last, pointer}   resume{epoch, step, path, digest, listing}   (path null: a fresh start)
   load_attempt{path, bytes}  load_error{path, error_type, message}  (the resume's read)
   save_start{epoch, step, path}  save_end{epoch, step, path, digest, bytes}  crash{at, epoch, path}

@@ -1,6 +1,6 @@
 """transformers: the Trainer keeps the best checkpoint with TrainingArguments(load_best_model_at_end=True,
 metric_for_best_model="accuracy") and loads it when train() ends, as shipped (5.23.0), on CPU ranks over
-the gloo group that train/worker.py created (accelerate finds it and uses it).
+the gloo group that train/rank/worker.py created (accelerate finds it and uses it).
 
 What the Trainer does, every epoch: evaluate (the metric, shaped by the scenario), then _save_checkpoint:
 `save_model` (the writer: global rank 0, or each node's local rank 0 with save_on_each_node) writes
@@ -24,7 +24,7 @@ the file read again with safetensors (no foreign code) in on_train_end, and the 
 whether the Trainer loaded it; a missing file is known from the Trainer's warning and from exists() on
 this rank's disk. The Trainer writes a checkpoint every epoch; save_start/save_end are recorded for the
 saves that hold a new best (the checkpoint it will load at the end), so "the last save" of
-train/outcomes.py is the best checkpoint, and save_error for any failed save.
+train/judge/ is the best checkpoint, and save_error for any failed save.
 
 Fixes (cfg["callback"]["name"]):
   as_shipped          TrainingArguments as documented, nothing else
