@@ -172,8 +172,39 @@ def options(group: str) -> str:
     """A config group's options as Hydra lists them: every file in configs/<group>/, sorted."""
     return ", ".join(sorted(p.stem for p in (ROOT / "configs" / group).glob("*.yaml")))
 
-@pytest.mark.cli
-@pytest.mark.parametrize("override, expected", [
+def refusal(*overrides):
+    """The line `python -m train` prints for these overrides before any rank starts, worked out in this process by
+    the functions the command line calls, in its order: Hydra's composition (its errors through
+    config_error_line, as train/__main__.py turns them into one line), then train/launch/job.py's check, n/a
+    and preflight (on this machine; the data not fetched). None: it would run. The few command lines below
+    (test_cli_*) show that the real process prints these very lines and exits 2."""
+    from train.config import check
+    from train.launch.hydra_errors import config_error_line
+    from train.launch.plan import this_machine
+    from train.launch.preflight import preflight
+
+    try:
+        cfg = composed(*overrides)
+    except Exception as e:
+        line = config_error_line(e)
+        if line is None:
+            raise
+        return f"error: {line}"
+    try:
+        check(cfg)
+        reason = not_applicable(cfg)
+        if reason:
+            return f"n/a: {reason}"
+        preflight(cfg, this_machine(), reach_data=False)
+    except ConfigError as e:
+        return f"error: {e}"
+    return None
+
+
+# What the command line refuses, each kind of wrong value: a Hydra type error, a key that is not there, a
+# group set as a value, an option that is not there (each group), a value out of range, a machine that
+# cannot hold the run. Each one in this process (refusal); one of each path through the real process below.
+REFUSED = [
     ("world_size=0", "error: world_size=0: must be an integer >= 1"),
     ("world_size=abc", "error: world_size=abc: must be an integer >= 1"),
     ("skew.rank=5", "error: skew.rank=5: must be a rank in 0..2 (world_size=3)"),
@@ -189,10 +220,34 @@ def options(group: str) -> str:
     ("backend=nccl", "error: backend='nccl': needs one GPU per rank: 3 ranks, 0 GPU(s) visible"),
     ("world_size=200", "error: world_size=200: more than 4 CPU ranks per core: this machine has 2 core(s), so at "
                        "most 8; launch.oversubscribe=true allows more"),
-])
-def test_cli_rejects_bad_config_with_one_line_before_any_rank(tmp_path, override, expected):
+]
+
+
+def on_this_machine(expected: str) -> str:
     if "cores" in expected and os.cpu_count() != 2:
-        expected = expected.split(":")[0] + ": more than 4 CPU ranks per core"
+        return expected.split(":")[0] + ": more than 4 CPU ranks per core"
+    return expected
+
+
+@pytest.mark.parametrize("override, expected", REFUSED, ids=[o for o, _ in REFUSED])
+def test_a_bad_config_is_refused_with_one_line(override, expected):
+    line = refusal(override)
+    assert line is not None and "\n" not in line, line
+    assert line.startswith(on_this_machine(expected)), line
+
+
+def test_a_good_config_is_not_refused():
+    assert refusal() is None and refusal("world_size=2", "callback=barrier") is None
+
+
+# The real process for one refusal of each path (the rest: test_a_bad_config_is_refused_with_one_line): an
+# exception out of Hydra's composition, turned into one line by train/__main__.py (callback=nope; world_size=abc,
+# nosuchkey=1 and skew=3 take the same path), and a ConfigError of the checks, refused by train/launch/job.py
+# (skew.rank=5; the machine's checks take the same path).
+@pytest.mark.cli
+@pytest.mark.parametrize("override, expected", [(o, e) for o, e in REFUSED if o in ("callback=nope", "skew.rank=5")])
+def test_cli_rejects_bad_config_with_one_line_before_any_rank(tmp_path, override, expected):
+    expected = on_this_machine(expected)
     proc, run_dir = cli(tmp_path, override)
     assert proc.returncode == 2, proc.stderr[-2000:]
     [line] = proc.stderr.strip().splitlines()
