@@ -125,14 +125,29 @@ def preflight_line(overrides, run_dir: Path):
     return None, plain
 
 
+# What the fuzzer found (each a bug until fixed), checked in the fast loop; the search itself is slow.
+FOUND_CONFIGS = [
+    ["checkpoint.name=../escaped"],  # wrote ../escaped.pth beside checkpoint.dir (found 2026-12-01)
+    ["checkpoint.dir=${nope}"],  # a traceback (InterpolationKeyError)
+    ["callback.name=a/b"],  # a run dir below another's
+    ["rdzv.id=../x"],  # torch elastic's logs/<rdzv.id>_*/ outside the run dir
+    ["framework.adapter=os"],  # a module that is no adapter: every rank died
+    ["checkpoint.dir=/etc/passwd/x"],  # a folder inside a file
+]
+
+
+@pytest.mark.slow  # 200 configs composed and checked: about 40 s on 2 busy cores
 @given(OVERRIDES)
-@example(["checkpoint.name=../escaped"])  # wrote ../escaped.pth beside checkpoint.dir (found 2026-12-01)
-@example(["checkpoint.dir=${nope}"])  # a traceback (InterpolationKeyError)
-@example(["callback.name=a/b"])  # a run dir below another's
-@example(["rdzv.id=../x"])  # torch elastic's logs/<rdzv.id>_*/ outside the run dir
-@example(["framework.adapter=os"])  # a module that is no adapter: every rank died
-@example(["checkpoint.dir=/etc/passwd/x"])  # a folder inside a file
 def test_every_config_is_refused_in_one_line_or_planned_within_its_dirs(overrides):
+    refused_in_one_line_or_planned_within_its_dirs(overrides)
+
+
+@pytest.mark.parametrize("overrides", FOUND_CONFIGS, ids=[o[0] for o in FOUND_CONFIGS])
+def test_each_config_the_fuzzer_found_is_refused_in_one_line_or_planned_within_its_dirs(overrides):
+    refused_in_one_line_or_planned_within_its_dirs(overrides)
+
+
+def refused_in_one_line_or_planned_within_its_dirs(overrides):
     run_dir = Path("/tmp/race-lab-fuzz/run")
     got = preflight_line(overrides, run_dir)
     if isinstance(got, str):
@@ -157,6 +172,7 @@ LAUNCHABLE = st.fixed_dictionaries({
 })
 
 
+@pytest.mark.slow  # real launches, one after another (about 30 s on 2 busy cores)
 @settings(max_examples=LAUNCHES, phases=[Phase.explicit, Phase.generate])  # no shrinking: each is a real run
 @given(LAUNCHABLE)
 def test_a_sample_of_planned_configs_runs_to_a_verdict_within_its_timeouts(choice):
@@ -342,6 +358,7 @@ def mutate(root: Path, mutations):
                 shutil.copyfile(others[at % len(others)], path)
 
 
+@pytest.mark.slow  # its real sweep and two-node run, then ten whole reports: about 40 s on 2 busy cores
 @settings(max_examples=10 if os.environ.get("RACE_LAB_FUZZ") != "long" else 500)  # each writes a whole report
 @given(MUTATIONS)
 @example([("cut", 5, "")])  # a summary.json cut short raised JSONDecodeError (found 2026-12-01)
