@@ -1,6 +1,7 @@
 """callback=own: a checkpoint class of the user's, from outside train/ (examples/my_checkpoints), run through
-the scenarios with real ranks, for fastai, Lightning and the Trainer; a class that does not import or is of the
-wrong kind is refused in one line before any rank starts."""
+the scenarios with real ranks, for fastai (README's worked example, in the fast loop), Lightning and the Trainer
+(slow: each its own sweep, whose forkserver imports the framework); a class that does not import or is of the
+wrong kind is refused in one line before any rank starts (the check itself, then once through the command line)."""
 import json
 import os
 import subprocess
@@ -19,20 +20,30 @@ EXAMPLES = {  # framework -> (the class, the scenarios it runs through)
 }
 
 
-@pytest.fixture(scope="module")
-def examples(tmp_path_factory) -> dict:
-    """framework -> scenario -> (summary.json, job dir): the three examples' sweeps, side by side, each run from
+def run_examples(root, frameworks) -> dict:
+    """framework -> scenario -> (summary.json, job dir): these examples' sweeps, side by side, each run from
     a folder outside the repository as a user runs it."""
-    root = tmp_path_factory.mktemp("own")
     launches = side_by_side(root, {
         name: sweep_command(root / name, f"framework={name}", scenarios, "callback=own", f"callback._target_={target}",
-                            "world_size=2") for name, (target, scenarios) in EXAMPLES.items()},
+                            "world_size=2") for name, (target, scenarios) in EXAMPLES.items() if name in frameworks},
         deadline_s=420, cwd=root, env=USER_PATH)
     out = {}
     for name, launch in launches.items():
         assert launch.rc == 0, launch.out[-3000:]
         out[name] = {s["config"]["scenario"]: (s, job) for s, job in launch.jobs()}
     return out
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory) -> dict:
+    """fastai's example (README's)."""
+    return run_examples(tmp_path_factory.mktemp("own"), ["fastai"])
+
+
+@pytest.fixture(scope="module")
+def other_examples(tmp_path_factory) -> dict:
+    """Lightning's and the Trainer's, side by side."""
+    return run_examples(tmp_path_factory.mktemp("own_others"), ["lightning", "transformers"])
 
 
 def verdicts(jobs) -> dict:
@@ -55,16 +66,18 @@ def test_a_fastai_callback_of_your_own_runs_through_three_scenarios(examples):
     assert [e["how"] for e in events if e["event"] == "sync_exit"] == ["marker"]  # its own sync ran
 
 
-def test_a_lightning_checkpoint_io_of_your_own_runs_through_three_scenarios(examples):
+@pytest.mark.slow
+def test_a_lightning_checkpoint_io_of_your_own_runs_through_three_scenarios(other_examples):
     """Lightning's plugin is the user's class under race-lab's observation: its own load ran on every rank."""
-    jobs = examples["lightning"]
+    jobs = other_examples["lightning"]
     assert verdicts(jobs) == {"seed": "clean", "stale": "clean", "save_fails": "race"}
     for rank in (0, 1):
         assert "PatientCheckpointIO: loading best.ckpt" in rank_logs(jobs["seed"][1], rank)
 
 
-def test_a_trainer_callback_of_your_own_runs_through_three_scenarios(examples):
-    jobs = examples["transformers"]
+@pytest.mark.slow
+def test_a_trainer_callback_of_your_own_runs_through_three_scenarios(other_examples):
+    jobs = other_examples["transformers"]
     assert verdicts(jobs) == {"seed": "clean", "stale": "clean", "save_fails": "race"}
     for rank in (0, 1):
         assert f"SayBest: process {rank}: best checkpoint-" in rank_logs(jobs["seed"][1], rank)
@@ -76,16 +89,39 @@ def race_lab(cwd, *args, timeout=300):
                           timeout=timeout, env={**os.environ, **USER_PATH})
 
 
-@pytest.mark.parametrize("framework, target, says", [
+REFUSED = [
     ("fastai", "nope.Missing", "does not import (ModuleNotFoundError: No module named 'nope')"),
     ("fastai", "collections.OrderedDict", "is a class of another kind, not a subclass of "
                                           "train.frameworks.fastai.callbacks.RaceSaveModelCallback"),
     ("fastai", "my_checkpoints.fastai_marker", "is a module, not a class"),
     ("lightning", EXAMPLE, "is a class of another kind, not a subclass of pytorch_lightning.plugins.TorchCheckpointIO "
                            "or pytorch_lightning.callbacks.ModelCheckpoint"),  # fastai's, where Lightning runs
-])
-def test_a_class_that_does_not_import_or_is_of_the_wrong_kind_is_refused_before_any_rank(tmp_path, framework, target,
-                                                                                          says):
+]
+
+
+@pytest.mark.parametrize("framework, target, says", REFUSED)
+def test_a_class_that_does_not_import_or_is_of_the_wrong_kind_is_refused(monkeypatch, framework, target, says):
+    """The launcher's check (train/launch/own_class.py, which preflight calls for callback=own), in this process:
+    it imports the class in a child process, which finds the user's package on PYTHONPATH."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from train.config import ConfigError
+    from train.launch.own_class import check_own_class
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = OmegaConf.to_container(compose(config_name="train", overrides=[
+            "callback=own", f"callback._target_={target}", f"framework={framework}"]))
+    monkeypatch.setenv("PYTHONPATH", USER_PATH["PYTHONPATH"])
+    with pytest.raises(ConfigError) as refused:
+        check_own_class(cfg)
+    assert str(refused.value) == f"callback._target_={target!r}: {says}"
+
+
+@pytest.mark.cli
+def test_a_class_that_does_not_import_is_refused_by_the_command_line_before_any_rank(tmp_path):
+    """One refusal through python -m train (the others take the same path): one line, exit 2, no run dir."""
+    framework, target, says = REFUSED[0]
     run_dir = tmp_path / "run"
     done = race_lab(tmp_path, f"hydra.run.dir={run_dir}", "callback=own", f"callback._target_={target}",
                     "world_size=2", f"framework={framework}")
