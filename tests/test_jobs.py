@@ -1,7 +1,7 @@
 """Jobs side by side (make matrix / make sweep JOBS=N; `python -m train -m hydra/launcher=jobs`): the jobs
-really overlap, the sweep's lines, report and exit code come as when they run one after another, Ctrl-C stops
-every job at once and leaves nothing running; and at the default JOBS the matrix's must-hold cells give their
-verdict in 5 of 5 repeats (slow)."""
+really overlap, the sweep's lines, report and exit code come as when they run one after another; Ctrl-C stops
+every job at once and leaves nothing running (slow); and at the default JOBS the matrix's must-hold cells give
+their verdict in 5 of 5 repeats (slow)."""
 import csv
 import json
 import subprocess
@@ -57,7 +57,8 @@ def test_two_jobs_run_at_once_and_the_sweep_reports_as_one_after_another_does(tm
     assert first(b, "launcher", "launch_start") < first(a, "launcher", "launch_end")
 
 
-def test_ctrl_c_stops_every_job_side_by_side_within_2_s_and_runs_none_of_the_queued(tmp_path):
+@pytest.mark.slow  # Ctrl-C of one run and the launcher alone are in test_interrupt.py's fast tests
+def test_ctrl_c_stops_every_job_side_by_side_at_once_and_runs_none_of_the_queued(tmp_path):
     sweep = tmp_path / "sweep"
 
     def both_fitting(events):  # rank 0 of both running jobs has started fitting
