@@ -84,6 +84,7 @@ def test_make_install_with_a_python_below_the_range_builds_nothing(tmp_path):
     assert not (tmp_path / "venv").exists()
 
 
+@pytest.mark.slow  # real venv and pip: about 10 s on 2 busy cores
 def test_a_build_that_fails_leaves_no_venv(tmp_path):
     venv = tmp_path / "venv"
     proc = make_install(venv, GOOD_PYTHON, PIP_NO_INDEX="1")  # real pip, which then finds none of the lock
@@ -93,6 +94,7 @@ def test_a_build_that_fails_leaves_no_venv(tmp_path):
     assert not venv.exists()
 
 
+@pytest.mark.slow  # real venv and pip: about 10 s on 2 busy cores
 def test_a_venv_left_by_a_python_below_the_range_is_replaced(tmp_path):
     """What an older make install left after failing with Debian's python3.11: the next one starts over."""
     python, venv = out_of_range_python(), tmp_path / "venv"
@@ -113,8 +115,8 @@ def test_the_race_lab_command_runs_from_another_folder(tmp_path):
     if origin != ROOT.as_uri():
         not_here(f"race-lab in this venv is installed from {origin}, not from this checkout ({ROOT})")
     assert not tmp_path.is_relative_to(ROOT)
-    proc = subprocess.run([script, "scenario=seed", "world_size=2"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, env=tagged_env(str(tmp_path)))
+    proc = subprocess.run([script, "scenario=seed", "world_size=2", "epochs=1"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=tagged_env(str(tmp_path)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     summaries = list((tmp_path / "runs").rglob("summary.json"))  # Hydra's run dir: runs/... under the cwd
     assert len(summaries) == 1, list(tmp_path.rglob("*"))[:20]
