@@ -151,3 +151,40 @@ def side_by_side(root: Path, commands: dict, deadline_s: float, cwd=ROOT, env=No
         log.close()
         out[name] = Launch(name, run_dir, proc.returncode, (root / f"{name}.log").read_text(), hung, deadline_s)
     return out
+
+
+def together(root: Path, commands: dict, deadline_s: float, cwd=ROOT) -> dict:
+    """Start every command (name -> (argv, its dir, more environment or None)) at once in cwd, each tagged with
+    its dir, and wait for all within deadline_s together (one still running then is killed, and its forkserver
+    and ranks with it: returncode -9). name -> a CompletedProcess (returncode, stdout, stderr apart, as
+    subprocess.run gives them; also in root/<name>.out and .err), for tests written against run_train or
+    multirun whose runs can share the machine's stalls."""
+    started = {}
+    for name, (argv, run_dir, env) in commands.items():
+        out, err = open(root / f"{name}.out", "w"), open(root / f"{name}.err", "w")
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err,
+                                env={**tagged_env(str(run_dir)), **(env or {})})
+        started[name] = (proc, out, err)
+    deadline = time.monotonic() + deadline_s
+    done = {}
+    for name, (proc, out, err) in started.items():
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()  # PR_SET_PDEATHSIG takes its forkserver and ranks along
+            proc.wait()
+        out.close()
+        err.close()
+        done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, (root / f"{name}.out").read_text(),
+                                                 (root / f"{name}.err").read_text())
+    return done
+
+
+def train_command(run_dir: Path, *overrides) -> list:
+    """The argv of run_train's python -m train."""
+    return [sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", *overrides]
+
+
+def multirun_command(sweep_dir: Path, *overrides) -> list:
+    """The argv of multirun's python -m train -m."""
+    return [sys.executable, "-m", "train", "-m", f"hydra.sweep.dir={sweep_dir}", *overrides]

@@ -1,23 +1,54 @@
 """End to end: python -m train with real gloo ranks on this machine, real files, real events. (The fixes' defining
-cells, the timeouts and the planted checkpoints run side by side in test_cells.py.)"""
-import json
-import signal
-import subprocess
-import sys
-import time
+cells, the timeouts and the planted checkpoints run side by side in test_cells.py.)
 
+The runs start together from one fixture (side by side: most of their time is start-up and stalls, not the
+cores); each test reads its own. A run that does not end in time is stopped and its test fails."""
 import numpy as np
+import pytest
 from PIL import Image
 
-from conftest import ROOT, alive, processes_tagged, run_train, tagged_env
+from conftest import Run, alive, processes_tagged, run_train, together, train_command
+
+ENDS_WITHIN_S = 300  # every run together; each takes well under half a minute on 2 idle cores
+
+RUNS = {
+    "unsynced": ["callback=unsynced", "expect=race"],  # the seed: 3 ranks, rank 0 saves 3 s late
+    "barrier": ["callback=barrier", "expect=clean"],
+    "stale": ["scenario=stale", "callback=unsynced", "world_size=2", "expect=clean"],
+    "crash": ["callback=barrier", "fault.crash_rank=0"],
+    "first": ["world_size=1", "skew.seconds=0"],
+    "mnist_sample": ["data=mnist_sample", "data.batch_size=16", "world_size=2", "epochs=1"],
+}
 
 
 def by_event(run, name):
     return {e["rank"]: e for e in run.events if e["event"] == name}
 
 
-def test_unsynced_seed_scenario_races_and_records_everything(train):
-    run = train("callback=unsynced", "expect=race")  # the seed: 3 ranks, rank 0 saves 3 s late
+def mnist_sample_stand_in(fastai_home):
+    """Offline, so the data set is a small stand-in where untar_data keeps MNIST_SAMPLE."""
+    rng = np.random.RandomState(0)
+    for split, n in (("train", 24), ("valid", 8)):
+        for label, shift in (("3", 0), ("7", 60)):
+            folder = fastai_home / "data/mnist_sample" / split / label
+            folder.mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray((rng.rand(28, 28) * 190).astype("uint8") + shift).save(folder / f"{i}.png")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """name -> conftest's Run of each of RUNS, started together and waited for."""
+    root = tmp_path_factory.mktemp("race")
+    mnist_sample_stand_in(root / "fastai")
+    extra = {"mnist_sample": {"FASTAI_HOME": str(root / "fastai")}}
+    done = together(root, {name: (train_command(root / name, *overrides), root / name, extra.get(name))
+                           for name, overrides in RUNS.items()}, ENDS_WITHIN_S)
+    return {name: Run(proc, root / name) for name, proc in done.items()}
+
+
+def test_unsynced_seed_scenario_races_and_records_everything(runs):
+    run = runs["unsynced"]  # the seed: 3 ranks, rank 0 saves 3 s late
     assert run.rc == 0, run.err[-3000:]
     assert run.outcomes() == {0: "loaded", 1: "missing", 2: "missing"}
 
@@ -55,8 +86,8 @@ def test_unsynced_seed_scenario_races_and_records_everything(train):
     assert not alive(run.rank_pids())
 
 
-def test_barrier_seed_scenario_is_clean_and_loads_wait_for_the_save(train):
-    run = train("callback=barrier", "expect=clean")
+def test_barrier_seed_scenario_is_clean_and_loads_wait_for_the_save(runs):
+    run = runs["barrier"]
     assert run.rc == 0, run.err[-3000:]
     assert run.outcomes() == {0: "loaded", 1: "loaded", 2: "loaded"}
     assert run.summary["explanation"].startswith("clean: every rank loaded the last checkpoint rank 0 wrote")
@@ -69,16 +100,16 @@ def test_barrier_seed_scenario_is_clean_and_loads_wait_for_the_save(train):
     assert run.out.count("Loaded model.") == 3
 
 
-def test_an_older_checkpoint_is_read_as_stale_and_expect_mismatch_exits_1(train):
-    run = train("scenario=stale", "callback=unsynced", "world_size=2", "expect=clean")
+def test_an_older_checkpoint_is_read_as_stale_and_expect_mismatch_exits_1(runs):
+    run = runs["stale"]
     assert run.rc == 1
     assert "expected clean, got race" in run.err
     assert run.outcomes() == {0: "loaded", 1: "stale"}
     assert "loaded an older checkpoint (the epoch-" in run.summary["explanation"]
 
 
-def test_a_crashed_rank_leaves_its_events_and_no_process(train):
-    run = train("callback=barrier", "fault.crash_rank=0")
+def test_a_crashed_rank_leaves_its_events_and_no_process(runs):
+    run = runs["crash"]
     assert run.rc == 0, run.err[-3000:]
     assert run.outcomes() == {0: "crashed", 1: "aborted", 2: "aborted"}
     assert run.summary["status"] == "failed"
@@ -91,8 +122,8 @@ def test_a_crashed_rank_leaves_its_events_and_no_process(train):
     assert not processes_tagged(str(run.dir))  # nor the forkserver the ranks came from
 
 
-def test_a_run_dir_that_holds_a_run_is_refused_before_any_rank(train):
-    first = train("world_size=1", "skew.seconds=0")
+def test_a_run_dir_that_holds_a_run_is_refused_before_any_rank(runs):
+    first = runs["first"]
     assert first.rc == 0, first.err[-3000:]
     before = (first.dir / "summary.json").read_bytes()
     again = run_train(first.dir, "world_size=1")
@@ -102,17 +133,9 @@ def test_a_run_dir_that_holds_a_run_is_refused_before_any_rank(train):
     assert (first.dir / "summary.json").read_bytes() == before  # the first result is untouched
 
 
-def test_mnist_sample_goes_through_fastais_untar_data_and_image_loaders(train, tmp_path):
-    """Offline, so the data set is a small stand-in where untar_data keeps MNIST_SAMPLE."""
-    rng = np.random.RandomState(0)
-    for split, n in (("train", 24), ("valid", 8)):
-        for label, shift in (("3", 0), ("7", 60)):
-            folder = tmp_path / "fastai/data/mnist_sample" / split / label
-            folder.mkdir(parents=True)
-            for i in range(n):
-                Image.fromarray((rng.rand(28, 28) * 190).astype("uint8") + shift).save(folder / f"{i}.png")
-    run = train("data=mnist_sample", "data.batch_size=16", "world_size=2", "epochs=1",
-                env={"FASTAI_HOME": str(tmp_path / "fastai")})
+def test_mnist_sample_goes_through_fastais_untar_data_and_image_loaders(runs):
+    """Offline: a small stand-in where untar_data keeps MNIST_SAMPLE (mnist_sample_stand_in)."""
+    run = runs["mnist_sample"]
     assert run.rc == 0, run.err[-3000:]
     assert run.outcomes() == {0: "loaded", 1: "missing"}
     assert by_event(run, "fit_start")[0]["train_batches"] == 2  # 48 images in 3 batches, shared by two ranks

@@ -9,7 +9,24 @@ import sys
 import pytest
 from PIL import Image
 
-from conftest import ROOT, multirun
+from conftest import ROOT, Run, multirun_command, together, train_command
+
+ENDS_WITHIN_S = 400  # every sweep and run together; each takes well under a minute on 2 idle cores
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory) -> dict:
+    """The real sweeps (and the one run) these tests read, started together and waited for: name -> a
+    CompletedProcess (stdout and stderr apart, as conftest's multirun gives them); each sweep in root/<name>."""
+    root = tmp_path_factory.mktemp("sweeps")
+    commands = {
+        "small": ["skew.seconds=0,3", "callback=unsynced,barrier", "world_size=2", "epochs=1"],
+        "bad_job": ["skew.rank=5,0", "world_size=2", "epochs=1", "skew.seconds=2"],
+        "echo": ["launch.echo_ranks=true", "world_size=2", "epochs=1", "skew.seconds=0", "callback=barrier"],
+    }
+    started = {name: (multirun_command(root / name, *argv), root / name, None) for name, argv in commands.items()}
+    started["run"] = (train_command(root / "run", "world_size=2", "skew.seconds=1", "epochs=1"), root / "run", None)
+    return {**together(root, started, ENDS_WITHIN_S), "root": root}
 
 
 def read_csv(path):
@@ -25,9 +42,8 @@ def assert_png(path, min_bytes=10_000):
         assert im.size[0] > 400 and im.size[1] > 150
 
 
-def test_a_small_sweep_makes_the_report(tmp_path):
-    sweep = tmp_path / "sweep"
-    proc = multirun(sweep, "skew.seconds=0,3", "callback=unsynced,barrier", "world_size=2", "epochs=1")
+def test_a_small_sweep_makes_the_report(real):
+    sweep, proc = real["root"] / "small", real["small"]
     assert proc.returncode == 0, proc.stderr[-3000:]
     for k in range(1, 5):
         assert f"[sweep] job {k} of 4: " in proc.stdout
@@ -83,9 +99,8 @@ def test_a_small_sweep_makes_the_report(tmp_path):
                      (sweep / "report.md").read_text())
 
 
-def test_a_bad_job_is_reported_and_the_sweep_goes_on(tmp_path):
-    sweep = tmp_path / "sweep"
-    proc = multirun(sweep, "skew.rank=5,0", "world_size=2", "epochs=1", "skew.seconds=2")
+def test_a_bad_job_is_reported_and_the_sweep_goes_on(real):
+    sweep, proc = real["root"] / "bad_job", real["bad_job"]
     assert proc.returncode == 1
     assert "error: skew.rank=5: must be a rank in 0..1 (world_size=2)" in proc.stderr
     assert "[sweep] 1 of 2 jobs did not give a result" in proc.stderr
@@ -94,9 +109,8 @@ def test_a_bad_job_is_reported_and_the_sweep_goes_on(tmp_path):
     assert not any(sweep.glob("0-*")), "the bad job leaves no half-made run dir"
 
 
-def test_echo_ranks_brings_each_ranks_output_back(tmp_path):
-    proc = multirun(tmp_path / "sweep", "launch.echo_ranks=true", "world_size=2", "epochs=1", "skew.seconds=0",
-                    "callback=barrier")
+def test_echo_ranks_brings_each_ranks_output_back(real):
+    proc = real["echo"]
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("Attempting to load model.") == 2  # both ranks' output, as a single run prints it
     assert "rank  outcome" in proc.stdout
@@ -242,10 +256,10 @@ def test_a_timeline_starts_at_the_first_rank_and_shows_the_whole_explanation(tmp
     assert figs["long"].get_figwidth() == figs["short"].get_figwidth()
 
 
-def test_a_real_runs_timeline(train):
+def test_a_real_runs_timeline(real):
     from train.report.timeline import draw_timeline, timeline_figure
 
-    run = train("world_size=2", "skew.seconds=1", "epochs=1")
+    run = Run(real["run"], real["root"] / "run")
     assert run.rc == 0, run.err[-3000:]
     assert draw_timeline(run.dir)
     assert_png(run.dir / "timeline.png")
