@@ -9,6 +9,11 @@ broadcast and save_on_each_node hold. Each verdict is here too: clean and race i
 race for ranks that timed out, race for a crafted pickle that weights_only=True refused (unsafe; its code
 never ran), error for a checkpoint of another model. (interrupted: test_race.py's Ctrl-C test.)
 
+A hang named the moment it is certain (train/toolkit/hang.py; its rule from hand-made places in test_hang.py)
+with real ranks: when the ranks disagree on the file, rank 0 waits in a collective (barrier, broadcast) that
+rank 1 went past; the run names it at once and ends. Where rank 0 is merely late (seed), nothing fires. Two
+ranks in two different collectives are both named and ended with EXIT_HUNG.
+
 The runs go side by side, started together by one fixture: most of their time is spent in the scenarios'
 stalls and timeouts, not on the cores. The cells of a scenario group are one Hydra multirun, so its jobs
 after the first fork from a warm forkserver. A run that does not end in time is stopped, and the tests that
@@ -22,6 +27,10 @@ import pytest
 
 from conftest import alive, side_by_side
 from test_matrix import EXPECTED, FIXES
+from train.bench.measure import hang_to_end
+from train.toolkit import hang
+
+TESTS = Path(__file__).resolve().parent
 
 ENDS_WITHIN_S = 420  # every group together; each takes well under a minute on 2 idle cores
 
@@ -48,7 +57,8 @@ def groups(root: Path) -> dict:
     sweep = {
         "torn": ["scenario=torn", "callback=poll,atomic,barrier"],
         "disagree": ["scenario=disagree,save_fails,seed", "callback=agreed,dcp"],
-        "hung": ["scenario=disagree", "callback=barrier"],
+        # the hang named at once (disagree) and a late peer that never counts (seed): test_hang.py's real ranks
+        "hung": ["scenario=disagree,seed", "callback=barrier,broadcast"],
         "no_shared_fs": ["scenario=no_shared_fs", "callback=broadcast,save_on_each_node"],
         "planted": ["callback=unsynced", "epochs=1", "checkpoint.keep_existing=true",
                     f"checkpoint.dir={evil},{foreign}"],
@@ -59,12 +69,18 @@ def groups(root: Path) -> dict:
                        *out["planted"][0][3:]], root / "planted")
     timeouts = {  # rank 0 stalls before its save while rank 1 waits at the barrier:
         "collective_timeout": ["skew.seconds=15", "timeout.collective_s=3"],  # rank 1 gives up after 3 s
-        # the launcher stops both at 60 s (the clock starts before the ranks do: up to 25 s here, side by side)
-        "run_timeout": ["skew.seconds=120", "timeout.run_s=60"],
+        # the launcher stops both at 90 s (the clock starts before the ranks do: up to 25 s here, side by side
+        # on 2 idle cores, over 60 s on 2 cores loaded by others; the other groups take longer than 90 s then)
+        "run_timeout": ["skew.seconds=180", "timeout.run_s=90"],
     }
     for name, argv in timeouts.items():
         out[name] = ([sys.executable, "-m", "train", "world_size=2", "epochs=1", "callback=barrier", *argv,
                       f"hydra.run.dir={root / name}"], root / name)
+    # rank 0 in a barrier, rank 1 in a broadcast: a fix of the tests' own (tests/mismatched_syncs.py), which its
+    # ranks import from PYTHONPATH
+    out["mismatched"] = (["env", f"PYTHONPATH={TESTS}", sys.executable, "-m", "train", "world_size=2",
+                          "callback=barrier", "callback._target_=mismatched_syncs.MismatchedSyncsSaveModelCallback",
+                          "skew.seconds=0", f"hydra.run.dir={root / 'mismatched'}"], root / "mismatched")
     return out
 
 
@@ -224,3 +240,57 @@ def test_the_launcher_stops_every_rank_at_the_run_timeout_as_a_race(runs):
     pids = [e["pid"] for e in events_of(s) if e["event"] == "rank_start"]
     assert len(pids) == 2, "the run was stopped before its ranks started (a machine too busy for timeout.run_s)"
     assert not alive(pids)
+
+
+# --- a hang named at once (train/toolkit/hang.py), with real ranks: the hung group, disagree and seed x barrier
+# and broadcast, one multirun ----------------------------------------------------------------------------------
+
+def hung_cell(runs, scenario, fix):
+    group = runs["hung"]
+    assert group.rc == 0, group.out[-3000:]
+    s = group.summaries()[(scenario, fix)]  # the sweep ended and left no process running
+    return s, events_of(s)
+
+
+@pytest.mark.parametrize("fix", ["barrier", "broadcast"])
+def test_a_collective_the_peer_went_past_is_named_at_once_not_waited_out(runs, fix):
+    s, events = hung_cell(runs, "disagree", fix)
+    assert (s["verdict"], [r["outcome"] for r in s["ranks"]]) == ("race", ["hung", "skipped"]), s["explanation"]
+    went = "rank 1 skipped the load and went on to the end of the run without entering it"
+    assert s["ranks"][0]["detail"] == f"its {fix} could never end: {went}"
+    assert f"rank 0 hung (its {fix} could never end: {went}; ended at once" in s["explanation"]
+    hung = [e for e in events if e["event"] == "hang"]
+    assert [(e["rank"], e["sync"], e["waiting_for"], e["peers"]["1"]["at"]) for e in hung] == [(0, fix, [1], "end")]
+    assert not any(e.get("timed_out") for e in events), "a wait ran to timeout.collective_s"
+    assert s["status"] in ("ok", "failed")  # failed: the rank had to be ended with EXIT_HUNG; never a harness error
+    assert hang_to_end(Path(s["run_dir"])) is not None  # make bench's figure reads from these events (no time asserted)
+
+
+@pytest.mark.parametrize("fix", ["barrier", "broadcast"])
+def test_a_peer_that_is_only_late_never_counts(runs, fix):
+    s, events = hung_cell(runs, "seed", fix)  # rank 0 stalls 3 s before its last save while rank 1 waits for it
+    assert (s["verdict"], [r["outcome"] for r in s["ranks"]]) == ("clean", ["loaded", "loaded"]), s["explanation"]
+    assert not any(e["event"] == "hang" for e in events)
+    waited = next(e for e in events if e["event"] == "sync_enter" and e["rank"] == 1)
+    assert waited["t"] < next(e for e in events if e["event"] == "save_end")["t"]  # rank 1 did wait for the late one
+
+
+def test_two_ranks_in_two_different_collectives_are_named_and_ended(runs):
+    """Rank 0 in a barrier, rank 1 in a broadcast (tests/mismatched_syncs.py): no peer is at the end to
+    release, so each rank that sees it is ended with EXIT_HUNG; the run is a race, not a harness error."""
+    run = runs["mismatched"]
+    run.ended()  # in time, and no process left
+    assert run.rc == 0, run.out[-3000:]
+    s = json.loads((run.dir / "summary.json").read_text())
+    assert (s["verdict"], s["status"]) == ("race", "failed"), s["explanation"]
+    # the rank that came second sees the other at once and ends; the first sees it too, or its wait breaks
+    # when the other is gone (aborted): which one is the machine's timing, either is true
+    details = {0: "its barrier could never end: rank 1 waited in its agree instead",
+               1: "its agree could never end: rank 0 waited in its barrier instead"}
+    hung = [r["rank"] for r in s["ranks"] if r["outcome"] == "hung"]
+    assert hung and {r["outcome"] for r in s["ranks"]} <= {"hung", "aborted"}, s["explanation"]
+    assert all(s["ranks"][r]["detail"] == details[r] for r in hung)
+    events = events_of(s)
+    failed = [e for e in events if e["event"] == "rank_failed"]
+    assert failed[0]["exitcode"] == hang.EXIT_HUNG and failed[0]["failed_rank"] in hung
+    assert not any(e.get("timed_out") for e in events)
