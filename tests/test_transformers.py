@@ -9,7 +9,8 @@ gives every node a file, but each node's own replica: small_cnn's BatchNorm stat
 replicas still end apart. When rank 0's save fails
 (save_fails), the Trainer raises out of train() on rank 0 and its peer's barrier breaks.
 
-Two sweeps run side by side, started together by one fixture (their time is mostly start-up and stalls).
+Two sweeps run side by side, started together by one fixture (their time is mostly start-up and stalls); the fixes
+on node-local disks (broadcast, save_on_each_node) are a slow fixture's.
 """
 from pathlib import Path
 
@@ -20,11 +21,15 @@ from conftest import sweep_groups
 
 ENDS_WITHIN_S = 300  # both sweeps together; each takes well under a minute on 2 idle cores
 
+# the best epoch is the first: a rank that keeps its own training weights really differs
+NODE_LOCAL = ["scenario=no_shared_fs", "fault.best_epoch=0", "epochs=3"]
 SWEEPS = {
     "shared": ["scenario=seed,save_fails", "callback=as_shipped"],
-    "no_shared_fs": ["scenario=no_shared_fs", "callback=as_shipped,save_on_each_node,broadcast",
-                     "fault.best_epoch=0", "epochs=3"],  # the best epoch is the first: a rank that keeps its own
-}                                                        # training weights really differs
+    "no_shared_fs": [*NODE_LOCAL, "callback=as_shipped"],
+}
+# the fixes on node-local disks: two more jobs whose two node agents each start their own processes (slow, as
+# test_lightning.py's and test_accelerate.py's no_shared_fs are)
+SLOW_SWEEPS = {"no_shared_fs": [*NODE_LOCAL, "callback=save_on_each_node,broadcast"]}
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +37,12 @@ def runs(tmp_path_factory) -> dict:
     """name -> conftest's Launch, both sweeps started together."""
     root = tmp_path_factory.mktemp("transformers")
     return sweep_groups(root, SWEEPS, "world_size=2", "framework=transformers", deadline_s=ENDS_WITHIN_S)
+
+
+@pytest.fixture(scope="module")
+def slow_runs(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("transformers_slow")
+    return sweep_groups(root, SLOW_SWEEPS, "world_size=2", "framework=transformers", deadline_s=ENDS_WITHIN_S)
 
 
 def cell(runs, sweep, scenario, fix) -> dict:
@@ -83,8 +94,9 @@ def test_as_shipped_without_a_shared_filesystem_the_replicas_diverge_and_the_tra
     assert "Could not locate the best model" not in node_logs(s, 0)
 
 
-def test_broadcast_holds_without_a_shared_filesystem(runs):
-    s = cell(runs, "no_shared_fs", "no_shared_fs", "broadcast")
+@pytest.mark.slow
+def test_broadcast_holds_without_a_shared_filesystem(slow_runs):
+    s = cell(slow_runs, "no_shared_fs", "no_shared_fs", "broadcast")
     assert (s["verdict"], [r["outcome"] for r in s["ranks"]], s["replicas"]) == ("clean", ["loaded"] * 2, "agree"), \
         s["explanation"]
     events = events_of(s)
@@ -94,15 +106,16 @@ def test_broadcast_holds_without_a_shared_filesystem(runs):
     assert {r["final_digest"] for r in s["ranks"]} == {of(events, "save_end", 0)[0]["digest"]}  # epoch 0: the best
 
 
-def test_save_on_each_node_reads_each_nodes_own_copy_and_the_copies_differ(runs):
+@pytest.mark.slow
+def test_save_on_each_node_reads_each_nodes_own_copy_and_the_copies_differ(slow_runs):
     """The Trainer's option writes each node's own replica. small_cnn has BatchNorm, whose running statistics
     each DDP rank updates on its own batches (the Trainer evaluates the unwrapped model, so DDP never evens them
     out before a save): node 1's copy differs from node 0's in those buffers, each node loads its own, and the
     replicas end apart. Which rank the verdict calls stale depends on whose save ended last; the race does not."""
-    s = cell(runs, "no_shared_fs", "no_shared_fs", "save_on_each_node")
+    s = cell(slow_runs, "no_shared_fs", "no_shared_fs", "save_on_each_node")
     assert (s["verdict"], sorted(r["outcome"] for r in s["ranks"]), s["replicas"]) == \
         ("race", ["loaded", "stale"], "diverged"), s["explanation"]
-    assert runs["no_shared_fs"].rc == 0 and s["status"] == "ok"
+    assert slow_runs["no_shared_fs"].rc == 0 and s["status"] == "ok"
     events = events_of(s)
     copies = {rank: of(events, "save_end", rank)[0] for rank in (0, 1)}  # epoch 0 (the best), on each node
     assert copies[0]["epoch"] == copies[1]["epoch"] == 0 and copies[0]["digest"] != copies[1]["digest"]
