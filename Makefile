@@ -32,9 +32,9 @@ lock: ## re-resolve requirements.in into requirements.lock in a scratch venv
 	{ sed -n 1,2p requirements.lock; /tmp/race-lab-lock/bin/pip freeze; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock
 
-run: install ## the seed scenario with both callback variants; prints their verdicts side by side
-	$(PY) -m train callback=unsynced hydra.run.dir=runs/seed/$(NOW)/unsynced
-	$(PY) -m train callback=barrier hydra.run.dir=runs/seed/$(NOW)/barrier
+run: install ## the seed scenario with two fixes (unsynced, barrier); prints their verdicts side by side
+	$(PY) -m train fix=unsynced hydra.run.dir=runs/seed/$(NOW)/unsynced
+	$(PY) -m train fix=barrier hydra.run.dir=runs/seed/$(NOW)/barrier
 	$(PY) -m train.report --compare runs/seed/$(NOW)/unsynced runs/seed/$(NOW)/barrier
 	@$(PY) -m train.report runs/seed/$(NOW) > /dev/null && echo "timelines: runs/seed/$(NOW)/*/timeline.png"
 
@@ -44,23 +44,24 @@ run: install ## the seed scenario with both callback variants; prints their verd
 JOBS     ?= $(shell nproc 2>/dev/null || echo 1)
 jobs      = $(if $(filter-out 1,$(JOBS)),hydra/launcher=jobs hydra.launcher.n_jobs=$(JOBS))
 SKEWS    ?= 0,0.5,1,2,4
-VARIANTS ?= unsynced,barrier,poll
+# FIXES: the fixes (configs/fix/); VARIANTS, its old name, still works
+FIXES    ?= $(if $(VARIANTS),$(VARIANTS),unsynced$(comma)barrier$(comma)poll)
 REPEATS  ?= 2
 WORLD    ?= 3
-sweep: install ## sweep skew x variant (SKEWS=, VARIANTS=, REPEATS=, WORLD=, JOBS=, ARGS=); writes a report
-	$(PY) -m train -m skew.seconds=$(SKEWS) callback=$(VARIANTS) world_size=$(WORLD) \
+sweep: install ## sweep skew x fix (SKEWS=, FIXES=, REPEATS=, WORLD=, JOBS=, ARGS=); writes a report
+	$(PY) -m train -m skew.seconds=$(SKEWS) fix=$(FIXES) world_size=$(WORLD) \
 		'repeat=range($(REPEATS))' hydra.sweep.dir=runs/sweep/$(NOW) $(jobs) $(ARGS)
 
-# The scenario x fix matrix. Its defaults differ from sweep's: every scenario and fix (but callback=own, which
-# needs a class of yours: callback._target_), 2 ranks, 5 repeats.
+# The scenario x fix matrix. Its defaults differ from sweep's: every scenario and fix (but fix=own, which
+# needs a class of yours: fix._target_), 2 ranks, 5 repeats.
 comma    := ,
 empty    :=
 space    := $(empty) $(empty)
 options   = $(subst $(space),$(comma),$(sort $(filter-out $(2),$(basename $(notdir $(wildcard configs/$(1)/*.yaml))))))
 given     = $(if $(filter command line environment,$(origin $(1))),$($(1)),$(2))
-matrix: install ## scenario x fix (x framework), 5 repeats a cell, one Hydra multirun: make matrix [REPEATS=5 WORLD=2 JOBS=2 SCENARIOS=seed,torn VARIANTS=barrier,atomic FRAMEWORKS=fastai,lightning ARGS=]
+matrix: install ## scenario x fix (x framework), 5 repeats a cell, one Hydra multirun: make matrix [REPEATS=5 WORLD=2 JOBS=2 SCENARIOS=seed,torn FIXES=barrier,atomic FRAMEWORKS=fastai,lightning ARGS=]
 	$(PY) -m train -m scenario=$(call given,SCENARIOS,$(call options,scenario)) \
-		callback=$(call given,VARIANTS,$(call options,callback,own)) framework=$(call given,FRAMEWORKS,fastai) \
+		fix=$(call given,FIXES,$(call given,VARIANTS,$(call options,fix,own))) framework=$(call given,FRAMEWORKS,fastai) \
 		world_size=$(call given,WORLD,2) \
 		'repeat=range($(call given,REPEATS,5))' hydra.sweep.dir=$(call given,DIR,runs/matrix/$(NOW)) $(jobs) $(ARGS)
 
@@ -122,9 +123,9 @@ distclean: clean ## also remove .venv (make install builds it again, e.g. with a
 GPUS     ?= $(shell timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 SKEW     ?=
 EPOCHS   ?=
-CALLBACK ?=
+FIX      ?= $(CALLBACK)# CALLBACK: its old name, still works
 ARGS     ?=
-SWEEP    ?= skew.seconds=0,0.5,1,2,4 callback=unsynced,barrier
+SWEEP    ?= skew.seconds=0,0.5,1,2,4 fix=unsynced,barrier
 # BASE_IMAGE: what to build on; empty: the Dockerfile's pinned official base. Without registry access:
 # make build BASE_IMAGE=$$(bash docker/standin-base.sh) (a stand-in for tests; see that script).
 BASE_IMAGE ?=
@@ -143,7 +144,7 @@ LOCK_SHA256 = $(shell sha256sum requirements.lock | cut -d' ' -f1)
 STARTED    := $(shell date '+%Y-%m-%d %H:%M:%S')
 
 RUN_ARGS   = $(strip $(if $(SKEW),skew.seconds=$(SKEW)) $(if $(EPOCHS),epochs=$(EPOCHS)) $(ARGS))
-TRAIN_ARGS = $(strip $(if $(CALLBACK),callback=$(CALLBACK)) $(RUN_ARGS))
+TRAIN_ARGS = $(strip $(if $(FIX),fix=$(FIX)) $(RUN_ARGS))
 quote      = '$(subst ','\'',$(1))'
 COMPOSE    = HOST_UID=$(HOST_UID) HOST_GID=$(HOST_GID) IMAGE_TAG=$(IMAGE_TAG) MEMLOCK=$(call quote,$(MEMLOCK)) \
 	GIT_SHA=$(GIT_SHA) GIT_DIRTY=$(GIT_DIRTY) LOCK_SHA256=$(LOCK_SHA256) $(if $(BASE_IMAGE),BASE_IMAGE=$(BASE_IMAGE)) docker compose
@@ -173,7 +174,7 @@ build: ## build the image (docker/Dockerfile): the lock's packages, git SHA and 
 	@$(CHECK) compose disk
 	$(COMPOSE) build train || { $(CHECK) base; exit 1; }
 
-up: ## run in the container on this host's GPUs: make up GPUS=3 [SKEW=5 EPOCHS=3 CALLBACK=barrier ARGS="..."]
+up: ## run in the container on this host's GPUs: make up GPUS=3 [SKEW=5 EPOCHS=3 FIX=barrier ARGS="..."]
 	@$(CHECK) compose nvidia gpus=$(GPUS)
 	@mkdir -p runs
 	@$(call ensure_image,train)
@@ -181,14 +182,14 @@ up: ## run in the container on this host's GPUs: make up GPUS=3 [SKEW=5 EPOCHS=3
 	@$(call compose_up,train,GPUS=$(GPUS) ARGS=$(call quote,$(TRAIN_ARGS)))
 	@$(call results,summary.json)
 
-up-cpu: ## the same image on CPU ranks over gloo, no GPU needed: make up-cpu [SKEW= EPOCHS= CALLBACK= ARGS=]
+up-cpu: ## the same image on CPU ranks over gloo, no GPU needed: make up-cpu [SKEW= EPOCHS= FIX= ARGS=]
 	@$(CHECK) compose
 	@mkdir -p runs
 	@$(call ensure_image,cpu)
 	@$(call compose_up,cpu,ARGS=$(call quote,$(TRAIN_ARGS)),--profile cpu)
 	@$(call results,summary.json)
 
-sweep-container: ## a Hydra multirun in the container on GPUS GPUs [SWEEP="skew.seconds=0,2 callback=barrier" ARGS=]
+sweep-container: ## a Hydra multirun in the container on GPUS GPUs [SWEEP="skew.seconds=0,2 fix=barrier" ARGS=]
 	@$(CHECK) compose nvidia gpus=$(GPUS)
 	@mkdir -p runs
 	@$(call ensure_image,sweep)
@@ -216,13 +217,13 @@ logs: ## the containers' output (launcher and every rank), following while they 
 # containers. GPUS_PER_NODE: the GPUs (and ranks) of each node; node 0 gets the first, node 1 the next.
 # NODES_NETWORK=host: both on the host's network, the rendezvous at 127.0.0.1:RDZV_PORT (docker/compose.host-network.yaml).
 GPUS_PER_NODE ?= 1
-NODES_CALLBACK = $(or $(CALLBACK),barrier)
+NODES_FIX      = $(or $(FIX),barrier)
 NODES_NETWORK ?=
 RDZV_PORT     ?= 29400
 NODES_RUN     ?= $(NOW)
 NODES_COMPOSE  = $(COMPOSE)$(if $(filter host,$(NODES_NETWORK)), -f compose.yaml -f docker/compose.host-network.yaml)
 NODES_VARS     = NODES_RUN=$(call quote,$(NODES_RUN)) RDZV_PORT=$(call quote,$(RDZV_PORT)) \
-	$(if $(filter host,$(NODES_NETWORK)),RDZV_HOST=127.0.0.1) ARGS=$(call quote,$(strip callback=$(NODES_CALLBACK) $(RUN_ARGS)))
+	$(if $(filter host,$(NODES_NETWORK)),RDZV_HOST=127.0.0.1) ARGS=$(call quote,$(strip fix=$(NODES_FIX) $(RUN_ARGS)))
 # $(1): the profile, $(2): node 0's and node 1's services, $(3): more variables for Compose. Runs both to
 # their end; exits with Compose's failure, else the worse of the nodes' exit codes. Then lists what each
 # node's volume holds and removes both containers and both volumes, whatever happened.
@@ -239,7 +240,7 @@ nodes_up = case '$(NODES_NETWORK)' in ''|host) ;; *) echo "error: NODES_NETWORK=
 		echo "$$node's own disk (its volume, /checkpoints): $${files:-no checkpoint}"; done; \
 	$(NODES_VARS) $(3) $(NODES_COMPOSE) --profile $(1) down --volumes $(2) >/dev/null 2>&1; exit $$rc
 
-up-nodes: ## two nodes, two containers, no shared disk: make up-nodes GPUS_PER_NODE=1 [CALLBACK=broadcast SKEW= EPOCHS= ARGS=]
+up-nodes: ## two nodes, two containers, no shared disk: make up-nodes GPUS_PER_NODE=1 [FIX=broadcast SKEW= EPOCHS= ARGS=]
 	@case '$(GPUS_PER_NODE)' in ''|*[!0-9]*|0) echo "error: GPUS_PER_NODE=$(GPUS_PER_NODE): must be a whole" \
 		"number >= 1 (the GPUs, one rank each, of each of the two nodes)" >&2; exit 1 ;; esac
 	@$(CHECK) compose nvidia gpus=$$((2 * $(GPUS_PER_NODE)))
@@ -251,15 +252,15 @@ up-nodes: ## two nodes, two containers, no shared disk: make up-nodes GPUS_PER_N
 		NODE1_GPUS=$$(seq -s, $(GPUS_PER_NODE) $$((2 * $(GPUS_PER_NODE) - 1))))
 	@$(call results,summary.json)
 
-up-nodes-cpu: ## the same two nodes on CPU ranks over gloo, no GPU needed [CALLBACK= NODES_NETWORK=host ARGS=]
+up-nodes-cpu: ## the same two nodes on CPU ranks over gloo, no GPU needed [FIX= NODES_NETWORK=host ARGS=]
 	@$(CHECK) compose
 	@mkdir -p runs
 	@$(call ensure_image,cpu)
 	@$(call nodes_up,nodes-cpu,node0-cpu node1-cpu)
 	@$(call results,summary.json)
 
-smoke-gpu: install ## GPU host, no container: seed scenario over NCCL on GPUS GPUs (default all), both variants
+smoke-gpu: install ## GPU host, no container: seed scenario over NCCL on GPUS GPUs (default all), both fixes
 	@$(CHECK) gpus=$(GPUS)
-	$(PY) -m train callback=unsynced device=cuda backend=nccl world_size=$(GPUS) hydra.run.dir=$(SMOKE_DIR)/unsynced $(RUN_ARGS)
-	$(PY) -m train callback=barrier device=cuda backend=nccl world_size=$(GPUS) hydra.run.dir=$(SMOKE_DIR)/barrier $(RUN_ARGS)
+	$(PY) -m train fix=unsynced device=cuda backend=nccl world_size=$(GPUS) hydra.run.dir=$(SMOKE_DIR)/unsynced $(RUN_ARGS)
+	$(PY) -m train fix=barrier device=cuda backend=nccl world_size=$(GPUS) hydra.run.dir=$(SMOKE_DIR)/barrier $(RUN_ARGS)
 	$(PY) -m train.report --compare $(SMOKE_DIR)/unsynced $(SMOKE_DIR)/barrier

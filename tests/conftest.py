@@ -108,12 +108,12 @@ class Launch:
 
     def summaries(self) -> dict:
         """(scenario, fix) -> summary.json of each job."""
-        return {(s["config"]["scenario"], s["config"]["callback"]["name"]): s for s, _ in self.jobs()}
+        return {(s["config"]["scenario"], s["config"]["fix"]["name"]): s for s, _ in self.jobs()}
 
     def cell(self, fix: str) -> dict:
-        """The summary.json of the job with callback=fix (a sweep over fixes of one scenario)."""
-        found = [s for s, _ in self.jobs() if s["config"]["callback"]["name"] == fix]
-        assert found, f"{self.name}: no job with callback={fix}:\n{self.out[-3000:]}"
+        """The summary.json of the job with fix=fix (a sweep over fixes of one scenario)."""
+        found = [s for s, _ in self.jobs() if s["config"]["fix"]["name"] == fix]
+        assert found, f"{self.name}: no job with fix={fix}:\n{self.out[-3000:]}"
         return found[0]
 
 

@@ -1,4 +1,4 @@
-"""A fix of the tests' own (callback._target_=mismatched_syncs.MismatchedSyncsSaveModelCallback, with tests/ on
+"""A fix of the tests' own (fix._target_=mismatched_syncs.MismatchedSyncsSaveModelCallback, with tests/ on
 PYTHONPATH): rank 0 waits in a barrier while rank 1 waits in rank 0's broadcast, two different collectives
 paired, which neither can end (tests/test_hang.py)."""
 import torch.distributed as dist

@@ -22,9 +22,9 @@ from conftest import sweep_groups
 ENDS_WITHIN_S = 300  # the groups one fixture starts, together; each takes well under a minute on 2 idle cores
 
 GROUPS = {
-    "seed": ["scenario=seed", "callback=as_shipped,wait_for_everyone,barrier"],
-    "no_shared_fs": ["scenario=no_shared_fs", "callback=as_shipped,save_on_each_node"],
-    "save_fails": ["scenario=save_fails", "callback=as_shipped,agreed"],
+    "seed": ["scenario=seed", "fix=as_shipped,wait_for_everyone,barrier"],
+    "no_shared_fs": ["scenario=no_shared_fs", "fix=as_shipped,save_on_each_node"],
+    "save_fails": ["scenario=save_fails", "fix=as_shipped,agreed"],
 }
 
 
@@ -86,7 +86,7 @@ def test_wait_for_everyone_holds_the_seed(runs):
 def test_a_fastai_fix_is_not_applicable(runs):
     s = runs["seed"].cell("barrier")
     assert (s["status"], s["verdict"], s["ranks"]) == ("n/a", "n/a", [])
-    assert "accelerate's own barrier is callback=wait_for_everyone" in s["explanation"]
+    assert "accelerate's own barrier is fix=wait_for_everyone" in s["explanation"]
 
 
 @pytest.mark.slow

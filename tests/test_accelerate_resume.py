@@ -28,8 +28,8 @@ from train.launch.plan import not_applicable
 ENDS_WITHIN_S = 300  # every group together; about a minute on 2 idle cores
 
 GROUPS = {
-    "crash": ["scenario=crash_mid_save", "callback=as_shipped,atomic,manifest"],
-    "cleanup": ["scenario=cleanup", "callback=as_shipped,rank0_rotates"],
+    "crash": ["scenario=crash_mid_save", "fix=as_shipped,atomic,manifest"],
+    "cleanup": ["scenario=cleanup", "fix=as_shipped,rank0_rotates"],
 }
 
 
@@ -45,7 +45,7 @@ def groups(tmp_path_factory) -> dict:
 
 def by_fix(launch) -> dict:
     """fix -> (summary.json, the job's dir)."""
-    return {s["config"]["callback"]["name"]: (s, job) for s, job in launch.jobs()}
+    return {s["config"]["fix"]["name"]: (s, job) for s, job in launch.jobs()}
 
 
 def events_of(job_dir: Path) -> list:
@@ -113,7 +113,7 @@ def test_cells_that_do_not_apply_say_why(groups):
     """The reasons from the plan (what a sweep's n/a job writes as its explanation), and one n/a job of a real
     sweep (the cleanup group's rank0_rotates)."""
     def reason(scenario):
-        return not_applicable(composed("framework=accelerate", f"scenario={scenario}", "callback=as_shipped")) or ""
+        return not_applicable(composed("framework=accelerate", f"scenario={scenario}", "fix=as_shipped")) or ""
     assert "no pointer" in reason("pointer_first")
     assert "no public seam" in reason("resume_disagree")
     rotates, _ = by_fix(groups["cleanup"])["rank0_rotates"]
@@ -121,8 +121,8 @@ def test_cells_that_do_not_apply_say_why(groups):
 
 
 SLOW_GROUPS = {
-    "agreed": ["scenario=crash_mid_save", "callback=agreed"],
-    "limit_1": ["scenario=crash_mid_save", "checkpoint.keep_last=1", "callback=manifest"],
+    "agreed": ["scenario=crash_mid_save", "fix=agreed"],
+    "limit_1": ["scenario=crash_mid_save", "checkpoint.keep_last=1", "fix=manifest"],
 }
 
 

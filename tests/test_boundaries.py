@@ -272,7 +272,7 @@ def test_the_data_group_is_one_of_the_options_and_checked_as_such():
 
 def test_the_callbacks_name_and_target_are_set_by_the_group_not_checked():
     cfg = composed()
-    cfg["callback"]["name"], cfg["callback"]["_target_"] = 3, None
+    cfg["fix"]["name"], cfg["fix"]["_target_"] = 3, None
     check(cfg)
     cfg["checkpoint"]["name"] = 3  # a key called name elsewhere is checked
     with pytest.raises(ConfigError, match=r"^checkpoint.name=3: must be a string$"):

@@ -55,12 +55,12 @@ def groups(root: Path) -> dict:
     """name -> (argv, the run or sweep dir)."""
     evil, foreign, marker = root / "evil", root / "foreign", root / "ran"
     sweep = {
-        "torn": ["scenario=torn", "callback=poll,atomic,barrier"],
-        "disagree": ["scenario=disagree,save_fails,seed", "callback=agreed,dcp"],
+        "torn": ["scenario=torn", "fix=poll,atomic,barrier"],
+        "disagree": ["scenario=disagree,save_fails,seed", "fix=agreed,dcp"],
         # the hang named at once (disagree) and a late peer that never counts (seed): test_hang.py's real ranks
-        "hung": ["scenario=disagree,seed", "callback=barrier,broadcast"],
-        "no_shared_fs": ["scenario=no_shared_fs", "callback=broadcast,save_on_each_node"],
-        "planted": ["callback=unsynced", "epochs=1", "checkpoint.keep_existing=true",
+        "hung": ["scenario=disagree,seed", "fix=barrier,broadcast"],
+        "no_shared_fs": ["scenario=no_shared_fs", "fix=broadcast,save_on_each_node"],
+        "planted": ["fix=unsynced", "epochs=1", "checkpoint.keep_existing=true",
                     f"checkpoint.dir={evil},{foreign}"],
     }
     out = {name: ([sys.executable, "-m", "train", "-m", "world_size=2", *argv, f"hydra.sweep.dir={root / name}"],
@@ -74,12 +74,12 @@ def groups(root: Path) -> dict:
         "run_timeout": ["skew.seconds=180", "timeout.run_s=90"],
     }
     for name, argv in timeouts.items():
-        out[name] = ([sys.executable, "-m", "train", "world_size=2", "epochs=1", "callback=barrier", *argv,
+        out[name] = ([sys.executable, "-m", "train", "world_size=2", "epochs=1", "fix=barrier", *argv,
                       f"hydra.run.dir={root / name}"], root / name)
     # rank 0 in a barrier, rank 1 in a broadcast: a fix of the tests' own (tests/mismatched_syncs.py), which its
     # ranks import from PYTHONPATH
     out["mismatched"] = (["env", f"PYTHONPATH={TESTS}", sys.executable, "-m", "train", "world_size=2",
-                          "callback=barrier", "callback._target_=mismatched_syncs.MismatchedSyncsSaveModelCallback",
+                          "fix=barrier", "fix._target_=mismatched_syncs.MismatchedSyncsSaveModelCallback",
                           "skew.seconds=0", f"hydra.run.dir={root / 'mismatched'}"], root / "mismatched")
     return out
 

@@ -45,15 +45,15 @@ def base_cfg(*overrides, **changes):
 
 
 @pytest.mark.parametrize("overrides, reason", [
-    (["scenario=seed", "callback=barrier"], None),
-    (["scenario=crash_mid_save", "framework=torch_loop", "callback=atomic"], None),  # atomic: both workloads
-    (["scenario=disagree", "callback=dcp", "framework=lightning"], "DDPStrategy saves through a CheckpointIO"),
-    (["scenario=seed", "callback=atomic", "framework=transformers"], "the Trainer reads only after the barrier"),
-    (["scenario=crash_mid_save", "callback=atomic", "framework=transformers"], None),  # load_best/atomic only
-    (["scenario=crash_mid_save", "callback=atomic"], "a resume scenario: fastai's SaveModelCallback keeps the best"),
-    (["scenario=crash_mid_save", "framework=torch_loop", "callback=barrier"], "a fix of the load of the best at "
+    (["scenario=seed", "fix=barrier"], None),
+    (["scenario=crash_mid_save", "framework=torch_loop", "fix=atomic"], None),  # atomic: both workloads
+    (["scenario=disagree", "fix=dcp", "framework=lightning"], "DDPStrategy saves through a CheckpointIO"),
+    (["scenario=seed", "fix=atomic", "framework=transformers"], "the Trainer reads only after the barrier"),
+    (["scenario=crash_mid_save", "fix=atomic", "framework=transformers"], None),  # load_best/atomic only
+    (["scenario=crash_mid_save", "fix=atomic"], "a resume scenario: fastai's SaveModelCallback keeps the best"),
+    (["scenario=crash_mid_save", "framework=torch_loop", "fix=barrier"], "a fix of the load of the best at "
      "the end (workload=load_best); this run's is the resume after a restart (workload=resume)"),
-    (["scenario=seed", "callback=manifest"], "a fix of the resume after a restart (workload=resume); this run's is "
+    (["scenario=seed", "fix=manifest"], "a fix of the resume after a restart (workload=resume); this run's is "
      "the load of the best at the end (workload=load_best)"),
 ])
 def test_a_cell_is_n_a_by_not_for_or_by_the_fix_s_workloads(overrides, reason):
@@ -107,7 +107,7 @@ def test_auto_picks_cpu_gloo_without_enough_gpus_and_nccl_with():
     # names that become part of a file or folder name: never a path (found by tests/test_fuzz.py)
     *[({key: value}, f"{key}={value!r}: must be a name, not a path: 1 to 200 characters, no '/' or NUL, not '.' or "
                      "'..'") for key, value in (("checkpoint.name", "../x"), ("checkpoint.name", ""),
-                                                ("checkpoint.name", "."), ("callback.name", ".."),
+                                                ("checkpoint.name", "."), ("fix.name", ".."),
                                                 ("framework.name", "a\0b"), ("rdzv.id", "a/b"),
                                                 ("checkpoint.name", "x" * 201))],
     ({"framework.adapter": "train.toolkit.rank"}, "framework.adapter='train.toolkit.rank': must name an "
@@ -214,7 +214,7 @@ REFUSED = [
     ("fault.save_error=ENOENT", "error: fault.save_error='ENOENT': must be null or one of ENOSPC, EIO, EROFS"),
     ("nosuchkey=1", "error: nosuchkey: not a key of this config (python -m train.config lists them)"),
     ("skew=3", "error: skew=3: skew is a group of keys; set them one by one"),
-    ("callback=nope", "error: callback=nope: no such option; one of " + options("callback")),
+    ("fix=nope", "error: fix=nope: no such option; one of " + options("fix")),
     ("scenario=nope", "error: scenario=nope: no such option; one of " + options("scenario")),
     ("framework=nope", "error: framework=nope: no such option; one of " + options("framework")),
     ("backend=nccl", "error: backend='nccl': needs one GPU per rank: 3 ranks, 0 GPU(s) visible"),
@@ -237,15 +237,15 @@ def test_a_bad_config_is_refused_with_one_line(override, expected):
 
 
 def test_a_good_config_is_not_refused():
-    assert refusal() is None and refusal("world_size=2", "callback=barrier") is None
+    assert refusal() is None and refusal("world_size=2", "fix=barrier") is None
 
 
 # The real process for one refusal of each path (the rest: test_a_bad_config_is_refused_with_one_line): an
-# exception out of Hydra's composition, turned into one line by train/__main__.py (callback=nope; world_size=abc,
+# exception out of Hydra's composition, turned into one line by train/__main__.py (fix=nope; world_size=abc,
 # nosuchkey=1 and skew=3 take the same path), and a ConfigError of the checks, refused by train/launch/job.py
 # (skew.rank=5; the machine's checks take the same path).
 @pytest.mark.cli
-@pytest.mark.parametrize("override, expected", [(o, e) for o, e in REFUSED if o in ("callback=nope", "skew.rank=5")])
+@pytest.mark.parametrize("override, expected", [(o, e) for o, e in REFUSED if o in ("fix=nope", "skew.rank=5")])
 def test_cli_rejects_bad_config_with_one_line_before_any_rank(tmp_path, override, expected):
     expected = on_this_machine(expected)
     proc, run_dir = cli(tmp_path, override)
@@ -257,10 +257,10 @@ def test_cli_rejects_bad_config_with_one_line_before_any_rank(tmp_path, override
 
 @pytest.mark.cli
 def test_a_combination_that_makes_no_sense_is_refused_with_its_reason(tmp_path):
-    proc, run_dir = cli(tmp_path, "scenario=torn", "callback=dcp")
+    proc, run_dir = cli(tmp_path, "scenario=torn", "fix=dcp")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "error: scenario=torn callback=dcp: n/a: torch.distributed.checkpoint writes its own files; the stall is "
+        "error: scenario=torn fix=dcp: n/a: torch.distributed.checkpoint writes its own files; the stall is "
         "placed in the torch.save path"]
     assert not run_dir.exists()
 
@@ -319,7 +319,7 @@ def test_the_tables_default_column_says_each_kind_of_default():
 def test_n_a_by_workload_names_each_workload_in_words_and_an_unknown_one_by_its_value():
     """not_applicable runs before the checks (the launcher asks it first), so it says what it was given."""
     def cfg(workloads, workload):
-        return {"callback": {"name": "fix", "workloads": workloads}, "framework": {"name": "fastai"},
+        return {"fix": {"name": "fix", "workloads": workloads}, "framework": {"name": "fastai"},
                 "workload": workload, "not_for": {}}
 
     assert not_applicable(cfg(["load_best", "other"], "resume")) == (
@@ -333,5 +333,21 @@ def test_n_a_by_workload_names_each_workload_in_words_and_an_unknown_one_by_its_
 
 def test_a_list_with_choices_says_each_item_must_be_one_of_them():
     with pytest.raises(ConfigError) as e:
-        make_plan(base_cfg(**{"callback.workloads": ["x"]}), LAPTOP)
-    assert str(e.value) == "callback.workloads=['x']: must be a list, each one of load_best, resume"
+        make_plan(base_cfg(**{"fix.workloads": ["x"]}), LAPTOP)
+    assert str(e.value) == "fix.workloads=['x']: must be a list, each one of load_best, resume"
+
+
+def test_the_fix_axis_old_names_still_work(tmp_path):
+    """`callback=` (the key), VARIANTS= and CALLBACK= (make's variables) were the fix axis' names before it was
+    called fix everywhere: each still works, as the new name does."""
+    from train.__main__ import with_keys_renamed
+
+    assert with_keys_renamed(["callback=barrier", "callback._target_=a.B", "+callback.kwargs.x=1", "~callback",
+                              "callbacks=x", "scenario=seed"]) == \
+        ["fix=barrier", "fix._target_=a.B", "+fix.kwargs.x=1", "~fix", "callbacks=x", "scenario=seed"]
+    proc, run_dir = cli(tmp_path, "callback=nope")  # through the real command line: refused as fix=nope is
+    assert (proc.returncode, proc.stderr.strip()) == (2, "error: fix=nope: no such option; one of " + options("fix"))
+    for target, old, new in (("sweep", "VARIANTS=a,b", "fix=a,b"), ("matrix", "VARIANTS=barrier", "fix=barrier"),
+                             ("up-cpu", "CALLBACK=poll", "fix=poll")):
+        dry = subprocess.run(["make", "-n", target, old], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert dry.returncode == 0 and new in dry.stdout, dry.stdout + dry.stderr

@@ -196,11 +196,11 @@ def test_sweep_profile_runs_a_hydra_multirun_on_the_gpus():
     assert sweep["command"][0] == "-m"
     overrides = OverridesParser.create().parse_overrides(sweep["command"][1:])
     sweeps = {o.key_or_group: list(o.sweep_string_iterator()) for o in overrides if o.is_sweep_override()}
-    assert sweeps == {"skew.seconds": ["0", "0.5", "1", "2", "4"], "callback": ["unsynced", "barrier"]}
+    assert sweeps == {"skew.seconds": ["0", "0.5", "1", "2", "4"], "fix": ["unsynced", "barrier"]}
     first_job = [o.input_line for o in overrides if not o.is_sweep_override()] + \
                 [f"{key}={values[0]}" for key, values in sweeps.items()]
     cfg = hydra_cfg(first_job)
-    assert (cfg.world_size, cfg.device, cfg.callback.name) == (2, "cuda", "unsynced")
+    assert (cfg.world_size, cfg.device, cfg.fix.name) == (2, "cuda", "unsynced")
 
     custom = render({"GPUS": "2", "SWEEP": "skew.seconds=1,3", "ARGS": "epochs=2"}, profiles=["sweep"])
     assert custom["services"]["sweep"]["command"] == ["-m", "device=cuda", "world_size=2", "skew.seconds=1,3",
@@ -282,12 +282,12 @@ def test_make_help_lists_the_container_targets():
 
 
 def test_make_n_up_hands_compose_the_gpus_the_overrides_and_the_host_user():
-    proc = make("-n", "up", "GPUS=3", "SKEW=5", "EPOCHS=2", "CALLBACK=barrier", "ARGS=lr=0.1 seed=7")
+    proc = make("-n", "up", "GPUS=3", "SKEW=5", "EPOCHS=2", "FIX=barrier", "ARGS=lr=0.1 seed=7")
     assert proc.returncode == 0, proc.stderr
     assert "docker/check-host.sh compose nvidia gpus=3" in proc.stdout
     env, argv = compose_line(proc.stdout)
     assert env["GPUS"] == "3"
-    assert env["ARGS"] == "callback=barrier skew.seconds=5 epochs=2 lr=0.1 seed=7"
+    assert env["ARGS"] == "fix=barrier skew.seconds=5 epochs=2 lr=0.1 seed=7"
     assert (env["HOST_UID"], env["HOST_GID"]) == (str(os.getuid()), str(os.getgid()))
     assert re.fullmatch(r"[0-9a-f]{40}|unknown", env["GIT_SHA"])
     assert env["LOCK_SHA256"] == hashlib.sha256((ROOT / "requirements.lock").read_bytes()).hexdigest()
@@ -299,7 +299,7 @@ def test_make_n_up_hands_compose_the_gpus_the_overrides_and_the_host_user():
     assert train["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 3
     assert train["build"]["args"]["GIT_SHA"] == env["GIT_SHA"]
     cfg = hydra_cfg(train["command"])
-    assert (cfg.world_size, cfg.device, cfg.callback.name, cfg.skew.seconds, cfg.epochs, cfg.lr, cfg.seed) == \
+    assert (cfg.world_size, cfg.device, cfg.fix.name, cfg.skew.seconds, cfg.epochs, cfg.lr, cfg.seed) == \
         (3, "cuda", "barrier", 5, 2, 0.1, 7)
 
 
@@ -319,7 +319,7 @@ def test_make_n_smoke_gpu_runs_both_variants_over_nccl_then_compares():
     proc = make("-n", "smoke-gpu", "GPUS=4", "EPOCHS=2")
     assert proc.returncode == 0, proc.stderr
     runs = [shlex.split(line) for line in proc.stdout.splitlines() if " -m train " in f"{line} "]
-    assert [r[r.index("-m") + 2] for r in runs] == ["callback=unsynced", "callback=barrier"]
+    assert [r[r.index("-m") + 2] for r in runs] == ["fix=unsynced", "fix=barrier"]
     dirs = []
     for r in runs:
         assert {"device=cuda", "backend=nccl", "world_size=4", "epochs=2"} <= set(r)
@@ -615,7 +615,7 @@ def test_the_host_network_override_passes_the_compose_spec_schema():
 
 
 def test_nodes_cpu_two_nodes_of_one_run_each_with_its_own_checkpoint_volume_and_runs_shared():
-    model = render({"NODES_RUN": "r1", "ARGS": "callback=barrier epochs=1"}, profiles=["nodes-cpu"])
+    model = render({"NODES_RUN": "r1", "ARGS": "fix=barrier epochs=1"}, profiles=["nodes-cpu"])
     services = model["services"]
     assert set(NODE_SERVICES["nodes-cpu"]) <= set(services) and not set(NODE_SERVICES["nodes"]) & set(services)
     node0, node1 = (services[s] for s in NODE_SERVICES["nodes-cpu"])
@@ -638,7 +638,7 @@ def test_nodes_cpu_two_nodes_of_one_run_each_with_its_own_checkpoint_volume_and_
         assert (cfg.rdzv.endpoint, cfg.rdzv.id) == ("node0-cpu:29400", "r1")
         assert (cfg.checkpoint.dir, cfg.checkpoint.node_local) == ("/checkpoints", True)
         assert cfg.launch.all_nodes_here is False  # one node per container, not both agents in one
-        assert (cfg.callback.name, cfg.epochs) == ("barrier", 1)
+        assert (cfg.fix.name, cfg.epochs) == ("barrier", 1)
     assert hydra_cfg(["scenario=no_shared_fs"]).timeout.collective_s == cfg0.timeout.collective_s
 
 
@@ -702,7 +702,7 @@ def test_make_up_nodes_cpu_runs_both_nodes_lists_their_disks_then_removes_contai
     assert calls[up[0]].endswith(" node0-cpu node1-cpu")
     assert not [c for c in calls if "--remove-orphans" in c]  # only its own two containers
     variables = up_env(env)
-    assert variables["ARGS"] == "callback=barrier epochs=1"  # barrier by default: the race
+    assert variables["ARGS"] == "fix=barrier epochs=1"  # barrier by default: the race
     assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d", variables["NODES_RUN"])  # a new run and id per call
     assert "RDZV_HOST" not in variables  # Compose's network: node0-cpu, the service
     lines = proc.stdout.splitlines()
@@ -711,13 +711,13 @@ def test_make_up_nodes_cpu_runs_both_nodes_lists_their_disks_then_removes_contai
     assert f"  runs/{stub_run_dir.name}/" in lines
 
     Path(env["DOCKER_LOG"]).unlink()
-    proc = make("up-nodes-cpu", "CALLBACK=broadcast", "NODES_NETWORK=host", "RDZV_PORT=29700", env=env)
+    proc = make("up-nodes-cpu", "FIX=broadcast", "NODES_NETWORK=host", "RDZV_PORT=29700", env=env)
     assert proc.returncode == 0, proc.stderr
     assert [c for c in docker_calls(env) if "-f compose.yaml -f docker/compose.host-network.yaml --profile "
                                               "nodes-cpu up" in c]
     variables = up_env(env)
     assert (variables["ARGS"], variables["RDZV_HOST"], variables["RDZV_PORT"]) == \
-        ("callback=broadcast", "127.0.0.1", "29700")
+        ("fix=broadcast", "127.0.0.1", "29700")
 
 
 @pytest.mark.parametrize("docker, extra, status", [
@@ -738,11 +738,11 @@ def test_make_up_nodes_cpu_fails_when_compose_or_a_node_fails_and_still_cleans_u
 def test_make_up_nodes_gives_node_0_the_first_gpus_and_node_1_the_next(tmp_path, stub_run_dir):
     four = "".join(f'echo "GPU {i}: NVIDIA H100 (UUID: GPU-{i})"; ' for i in range(4)) + "\n"
     env = {**host(tmp_path, NODES_STUB, four), "STUB_RUN_DIR": str(stub_run_dir)}
-    proc = make("up-nodes", "GPUS_PER_NODE=2", "CALLBACK=save_on_each_node", env=env)
+    proc = make("up-nodes", "GPUS_PER_NODE=2", "FIX=save_on_each_node", env=env)
     assert proc.returncode == 0, proc.stderr
     variables = up_env(env)
     assert (variables["NODE0_GPUS"], variables["NODE1_GPUS"], variables["NODES_WORLD_SIZE"]) == ("0,1", "2,3", "4")
-    assert variables["ARGS"] == "callback=save_on_each_node"
+    assert variables["ARGS"] == "fix=save_on_each_node"
     calls = docker_calls(env)
     assert [c for c in calls if "run --rm --network none --ulimit memlock=-1" in c]  # NCCL's memlock, as for up
     assert [c for c in calls if "compose --profile nodes up --no-build --force-recreate node0 node1" in c]

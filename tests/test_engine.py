@@ -308,7 +308,7 @@ def test_make_up_nodes_cpu_two_containers_race_for_a_checkpoint_only_node0s_volu
     summary = json.loads(summaries[0].read_text())
     assert summary["verdict"] == "race", summary.get("explanation")
     assert {r["rank"]: r["outcome"] for r in summary["ranks"]} == {0: "loaded", 1: "missing"}
-    assert (summary["config"]["scenario"], summary["config"]["nnodes"], summary["config"]["callback"]["name"]) == \
+    assert (summary["config"]["scenario"], summary["config"]["nnodes"], summary["config"]["fix"]["name"]) == \
         ("no_shared_fs", 2, "barrier")
     assert [(n["node_rank"], n["status"]) for n in summary["nodes"]] == [(0, "ok"), (1, "ok")]
     for k in (0, 1):  # each node's launcher recorded into the shared run dir, its rank on its own container
@@ -326,7 +326,7 @@ def test_make_up_nodes_cpu_two_containers_race_for_a_checkpoint_only_node0s_volu
 
 def test_the_sweep_service_runs_a_2_job_sweep_on_cpu_and_writes_its_report_into_runs(image, env, runs_dir):
     sweep_dir = runs_dir / "sweep"
-    proc = sh("make", "--no-print-directory", "sweep-container-cpu", "SWEEP=skew.seconds=0,1 callback=unsynced",
+    proc = sh("make", "--no-print-directory", "sweep-container-cpu", "SWEEP=skew.seconds=0,1 fix=unsynced",
               f"ARGS=world_size=2 epochs=1 hydra.sweep.dir={in_container(sweep_dir)}", timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"  {sweep_dir.relative_to(ROOT)}/" in proc.stdout.splitlines()

@@ -70,7 +70,7 @@ def kill_rank(launch, rank):
 
 
 def test_kill_9_of_the_writer_during_its_save(tmp_path):
-    run = Launch(tmp_path / "run", "scenario=torn", "callback=barrier", "world_size=2", "skew.mid_write_s=60",
+    run = Launch(tmp_path / "run", "scenario=torn", "fix=barrier", "world_size=2", "skew.mid_write_s=60",
                  "timeout.collective_s=20")
     run.wait_for(0, "skew_start", at="mid_write")  # rank 0 is halfway through writing the checkpoint
     killed = kill_rank(run, 0)
@@ -86,7 +86,7 @@ def test_kill_9_of_the_writer_during_its_save(tmp_path):
 
 
 def test_kill_9_of_a_reader_during_its_load(tmp_path):
-    run = Launch(tmp_path / "run", "scenario=torn", "callback=unsynced", "world_size=2", "fault.read_delay_s=60",
+    run = Launch(tmp_path / "run", "scenario=torn", "fix=unsynced", "world_size=2", "fault.read_delay_s=60",
                  "timeout.collective_s=20")
     run.wait_for(1, "read_delay_start")  # rank 1 has begun its load and pauses in it
     killed = kill_rank(run, 1)
@@ -100,7 +100,7 @@ def test_kill_9_of_a_reader_during_its_load(tmp_path):
 
 
 def test_sigterm_to_the_launcher_stops_every_rank_and_names_the_signal(tmp_path):
-    run = Launch(tmp_path / "run", "callback=barrier", "world_size=2", "skew.seconds=120")
+    run = Launch(tmp_path / "run", "fix=barrier", "world_size=2", "skew.seconds=120")
     run.wait_for(0, "skew_start")
     run.wait_for(1, "sync_enter")
     run.proc.send_signal(signal.SIGTERM)  # docker stop, Kubernetes and Slurm pre-emption send this
@@ -118,7 +118,7 @@ def test_sigterm_to_the_launcher_stops_every_rank_and_names_the_signal(tmp_path)
 def test_a_launcher_killed_with_sigkill_takes_its_forkserver_and_ranks_along(tmp_path):
     """kill -9 or the OOM killer: no handler runs, yet nothing of the run may run on (before, the ranks
     would have stalled out their 120 s skew and waited at their barrier)."""
-    run = Launch(tmp_path / "run", "callback=barrier", "world_size=2", "skew.seconds=120")
+    run = Launch(tmp_path / "run", "fix=barrier", "world_size=2", "skew.seconds=120")
     run.wait_for(0, "skew_start")
     run.wait_for(1, "sync_enter")
     assert len(processes_tagged(str(run.dir))) >= 4  # launcher, forkserver, two ranks
@@ -165,7 +165,7 @@ def remount_read_only(path: Path):
 
 def test_a_checkpoint_folder_that_fills_up_during_the_save(tmp_path):
     with tmpfs(tmp_path / "small", "8k") as small:  # the checkpoint is about 16 kB: the disk fills midway
-        run = Launch(tmp_path / "run", "callback=barrier", "world_size=2", "epochs=1", "skew.seconds=0",
+        run = Launch(tmp_path / "run", "fix=barrier", "world_size=2", "epochs=1", "skew.seconds=0",
                      f"checkpoint.dir={small}", "timeout.collective_s=20")
         rc, out = run.finish(timeout=20 + 10 + 60)
     assert rc == 0, out[-3000:]
@@ -195,7 +195,7 @@ def test_a_crafted_checkpoint_is_refused_not_run_by_fastais_load_model(tmp_path)
     marker, models = tmp_path / "ran", tmp_path / "models"
     models.mkdir()
     crafted_pickle(models / "best.pth", marker)  # left where rank 1 reads before rank 0 writes
-    run = Launch(tmp_path / "run", "callback=unsynced", "world_size=2", "checkpoint.keep_existing=true",
+    run = Launch(tmp_path / "run", "fix=unsynced", "world_size=2", "checkpoint.keep_existing=true",
                  f"checkpoint.dir={models}")
     rc, out = run.finish(timeout=300)
     assert rc == 0, out[-3000:]
@@ -211,7 +211,7 @@ def test_a_read_only_checkpoint_folder_and_a_crafted_file_through_learner_load_a
         crafted_pickle(ro / "best.pth", marker)
         remount_read_only(ro)  # rank 0's save fails; every rank then reads the crafted file
         for fix in ("barrier", "broadcast"):
-            run = Launch(tmp_path / fix, f"callback={fix}", "world_size=2", "epochs=1", "skew.seconds=0",
+            run = Launch(tmp_path / fix, f"fix={fix}", "world_size=2", "epochs=1", "skew.seconds=0",
                          "checkpoint.keep_existing=true", f"checkpoint.dir={ro}", "timeout.collective_s=20")
             rc, out = run.finish(timeout=300)
             assert rc == 0, out[-3000:]

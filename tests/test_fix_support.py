@@ -13,7 +13,7 @@ from train.frameworks import ENTRY, adapter_functions, fix_way
 from train.launch.plan import not_applicable
 
 FRAMEWORKS = sorted(p.stem for p in (ROOT / "configs" / "framework").glob("*.yaml"))
-FIXES = sorted(p.stem for p in (ROOT / "configs" / "callback").glob("*.yaml"))  # `own` too
+FIXES = sorted(p.stem for p in (ROOT / "configs" / "fix").glob("*.yaml"))  # `own` too
 SCENARIOS = sorted(p.stem for p in (ROOT / "configs" / "scenario").glob("*.yaml"))
 
 
@@ -56,12 +56,12 @@ def test_every_framework_has_a_workload_and_every_workload_a_neutral_scenario():
 def test_the_adapter_has_a_way_for_a_fix_exactly_when_its_cell_is_not_n_a(framework, workload):
     scenario, wrong = neutral_scenario(workload), []
     for fix in FIXES:
-        cfg = composed(f"framework={framework}", f"scenario={scenario}", f"callback={fix}")
+        cfg = composed(f"framework={framework}", f"scenario={scenario}", f"fix={fix}")
         assert cfg["workload"] == workload
-        if fix == "own":  # a class of yours, named on the command line (callback._target_=...)
-            cfg = {**cfg, "callback": {**cfg["callback"], "_target_": "yours.YourCheckpoint"}}
+        if fix == "own":  # a class of yours, named on the command line (fix._target_=...)
+            cfg = {**cfg, "fix": {**cfg["fix"], "_target_": "yours.YourCheckpoint"}}
         reason, way = not_applicable(cfg), fix_way(cfg)
         if (way is None) != (reason is not None):
-            wrong.append(f"callback={fix}: " + (f"n/a ({reason}), yet the adapter does it" if reason else
+            wrong.append(f"fix={fix}: " + (f"n/a ({reason}), yet the adapter does it" if reason else
                                                 "not n/a, yet the adapter has no way to do it: add a not_for line"))
     assert not wrong, f"framework={framework} workload={workload}:\n  " + "\n  ".join(wrong)

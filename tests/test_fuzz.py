@@ -82,7 +82,7 @@ def override(key_and_field):
 
 KEYS = leaf_keys()
 GROUPS = [f"scenario={s.stem}" for s in sorted((ROOT / "configs/scenario").glob("*.yaml"))] + \
-         [f"callback={s.stem}" for s in sorted((ROOT / "configs/callback").glob("*.yaml"))] + \
+         [f"fix={s.stem}" for s in sorted((ROOT / "configs/fix").glob("*.yaml"))] + \
          [f"framework={s.stem}" for s in sorted((ROOT / "configs/framework").glob("*.yaml"))] + \
          ["data=digits", "data=mnist_sample", "scenario=nope", "framework=nope"]
 OVERRIDES = st.lists(st.one_of(st.sampled_from(KEYS).flatmap(override), st.sampled_from(GROUPS)), min_size=1,
@@ -129,7 +129,7 @@ def preflight_line(overrides, run_dir: Path):
 FOUND_CONFIGS = [
     ["checkpoint.name=../escaped"],  # wrote ../escaped.pth beside checkpoint.dir (found 2026-12-01)
     ["checkpoint.dir=${nope}"],  # a traceback (InterpolationKeyError)
-    ["callback.name=a/b"],  # a run dir below another's
+    ["fix.name=a/b"],  # a run dir below another's
     ["rdzv.id=../x"],  # torch elastic's logs/<rdzv.id>_*/ outside the run dir
     ["framework.adapter=os"],  # a module that is no adapter: every rank died
     ["checkpoint.dir=/etc/passwd/x"],  # a folder inside a file
@@ -156,7 +156,7 @@ def refused_in_one_line_or_planned_within_its_dirs(overrides):
     _, cfg = got
     folder = Path(cfg["checkpoint"]["dir"])
     assert (folder / f"{cfg['checkpoint']['name']}.pth").resolve().parent == folder.resolve()
-    for key in ("callback", "framework"):
+    for key in ("fix", "framework"):
         assert "/" not in cfg[key]["name"] and cfg[key]["name"] not in (".", "..")
     assert all(math.isfinite(cfg[k][v]) for k, v in (("skew", "seconds"), ("timeout", "collective_s"),
                                                         ("timeout", "run_s")))
@@ -164,7 +164,7 @@ def refused_in_one_line_or_planned_within_its_dirs(overrides):
 
 LAUNCHABLE = st.fixed_dictionaries({
     "scenario": st.sampled_from(["seed", "stale", "torn", "save_fails", "disagree"]),
-    "callback": st.sampled_from(["unsynced", "barrier", "atomic", "agreed"]),
+    "fix": st.sampled_from(["unsynced", "barrier", "atomic", "agreed"]),
     "skew.seconds": st.sampled_from(["0", "0.5", "1"]),
     "epochs": st.sampled_from(["1", "2"]),
     "checkpoint.name": st.sampled_from(["best", "model.v2", "'ünï'", "ünï", "-x", "'a b'"]),
@@ -315,10 +315,10 @@ def real_records(tmp_path_factory):
     from conftest import multirun, run_train
 
     root = tmp_path_factory.mktemp("records")
-    done = multirun(root / "sweep", "scenario=seed", "callback=unsynced,barrier", "world_size=2", "epochs=2",
+    done = multirun(root / "sweep", "scenario=seed", "fix=unsynced,barrier", "world_size=2", "epochs=2",
                     "skew.seconds=0.5")
     assert done.returncode == 0, done.stderr[-2000:]
-    nodes = run_train(root / "nodes", "scenario=no_shared_fs", "callback=broadcast", "epochs=2", "skew.seconds=0.5")
+    nodes = run_train(root / "nodes", "scenario=no_shared_fs", "fix=broadcast", "epochs=2", "skew.seconds=0.5")
     assert nodes.rc == 0, nodes.err[-2000:]
     return root
 

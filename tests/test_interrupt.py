@@ -86,7 +86,7 @@ def test_sigint_to_the_launcher_alone_stops_ranks_in_a_stall_and_a_barrier(tmp_p
 
     def stalled_and_waiting(events):
         return {(e["rank"], e["event"]) for e in events} >= {(0, "skew_start"), (1, "sync_enter")}
-    rc, took, sent, out = interrupt(run_dir, [f"hydra.run.dir={run_dir}", "world_size=2", "callback=barrier",
+    rc, took, sent, out = interrupt(run_dir, [f"hydra.run.dir={run_dir}", "world_size=2", "fix=barrier",
                                               "skew.seconds=120"], after=0.5, whole_group=False,
                                     when=stalled_and_waiting)
     assert_stopped_at_once(run_dir, rc, took, sent, out)
@@ -113,7 +113,7 @@ def test_ctrl_c_during_the_rendezvous_before_any_rank_runs_is_an_interrupt(tmp_p
 def test_ctrl_c_stops_a_sweep_job_at_once(tmp_path):
     sweep = tmp_path / "sweep"
     rc, took, sent, out = interrupt(sweep, ["-m", f"hydra.sweep.dir={sweep}", "world_size=2", "skew.seconds=3",
-                                            "callback=unsynced,barrier"], after=1)
+                                            "fix=unsynced,barrier"], after=1)
     assert_stopped_at_once(sweep, rc, took, sent, out)
     summaries = sorted(sweep.glob("*/summary.json"))
     assert len(summaries) == 1  # the sweep stopped with its first job

@@ -31,7 +31,7 @@ def test_two_jobs_run_at_once_and_the_sweep_reports_as_one_after_another_does(tm
     sweep = tmp_path / "sweep"
     # two good jobs, then two with a bad value: those are reported, and the sweep exits 1 at the end
     proc = subprocess.run([sys.executable, "-m", "train", "-m", f"hydra.sweep.dir={sweep}", *SIDE_BY_SIDE,
-                           "skew.rank=0,5", "callback=unsynced,barrier", "world_size=2", "epochs=1", "skew.seconds=3"],
+                           "skew.rank=0,5", "fix=unsynced,barrier", "world_size=2", "epochs=1", "skew.seconds=3"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=tagged_env(str(sweep)))
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert not processes_tagged(str(sweep)), "a worker, forkserver or rank outlived the sweep"
@@ -39,15 +39,15 @@ def test_two_jobs_run_at_once_and_the_sweep_reports_as_one_after_another_does(tm
     lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("[sweep] job "))
     assert len(lines) == 4, proc.stdout[-3000:]
     point = "world_size=2 epochs=1 skew.seconds=3"
-    assert f"skew.rank=0 callback=unsynced {point}  race  " in lines[0], lines
-    assert f"skew.rank=0 callback=barrier {point}  clean  " in lines[1], lines
+    assert f"skew.rank=0 fix=unsynced {point}  race  " in lines[0], lines
+    assert f"skew.rank=0 fix=barrier {point}  clean  " in lines[1], lines
     assert "error: skew.rank=5: must be a rank in 0..1 (world_size=2)" in proc.stderr
     assert "[sweep] 2 of 4 jobs did not give a result" in proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
 
     with open(sweep / "report.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert sorted((r["variant"], r["verdict"]) for r in rows) == [("barrier", "clean"), ("unsynced", "race")]
+    assert sorted((r["fix"], r["verdict"]) for r in rows) == [("barrier", "clean"), ("unsynced", "race")]
     assert "| unsynced | 2 | 3 | 1 | 1/1 (21–100%) |" in proc.stdout  # the report's table, printed at the end
     jobs = sorted(sweep.glob("[0-9]-*"))
     assert len(jobs) == 2 and all((job / "timeline.png").stat().st_size > 10_000 for job in jobs)
@@ -64,7 +64,7 @@ def test_ctrl_c_stops_every_job_side_by_side_at_once_and_runs_none_of_the_queued
     def both_fitting(events):  # rank 0 of both running jobs has started fitting
         return len({e["file"] for e in events if e["rank"] == 0 and e["event"] == "fit_start"}) == 2
     rc, took, sent, out = interrupt(sweep, ["-m", f"hydra.sweep.dir={sweep}", *SIDE_BY_SIDE, "world_size=2",
-                                            "skew.seconds=3", "callback=unsynced,barrier,poll"], after=1,
+                                            "skew.seconds=3", "fix=unsynced,barrier,poll"], after=1,
                                     when=both_fitting)
     assert_stopped_at_once(sweep, rc, took, sent, out)  # exit 130, every rank stopped, nothing left running
     summaries = sorted(sweep.glob("*/summary.json"))
@@ -85,7 +85,7 @@ REPEATS = 5
 def test_the_must_hold_cells_give_their_verdict_5_of_5_at_the_default_jobs(tmp_path):
     sweep = tmp_path / "matrix"
     proc = subprocess.run(["make", "-s", "matrix", f"DIR={sweep}", f"REPEATS={REPEATS}",
-                           f"SCENARIOS={','.join(MUST_HOLD['scenarios'])}", f"VARIANTS={','.join(MUST_HOLD['fixes'])}"],
+                           f"SCENARIOS={','.join(MUST_HOLD['scenarios'])}", f"FIXES={','.join(MUST_HOLD['fixes'])}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=1200, env=tagged_env(str(sweep)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not processes_tagged(str(sweep))

@@ -21,9 +21,9 @@ from train.events import read_events
 ENDS_WITHIN_S = 240  # each group of launches; under a minute on 2 idle cores
 
 # name -> a multirun's arguments
-SHARED = {"shared": ["scenario=seed,save_fails", "callback=as_shipped,agreed"]}
-NO_SHARED_FS = {"nsf_as_shipped": ["scenario=no_shared_fs", "callback=as_shipped"],
-                "nsf_broadcast": ["scenario=no_shared_fs", "callback=broadcast"]}
+SHARED = {"shared": ["scenario=seed,save_fails", "fix=as_shipped,agreed"]}
+NO_SHARED_FS = {"nsf_as_shipped": ["scenario=no_shared_fs", "fix=as_shipped"],
+                "nsf_broadcast": ["scenario=no_shared_fs", "fix=broadcast"]}
 
 
 def start_together(root: Path, sweeps: dict) -> dict:

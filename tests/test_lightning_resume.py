@@ -27,13 +27,13 @@ from conftest import sweep_groups
 ENDS_WITHIN_S = 300  # every group of a fixture together; about a minute on 2 idle cores
 
 FAST = {  # the headline cells: a kill mid-write as shipped, and ranks that list the folder differently
-    "crash": ["scenario=crash_mid_save", "callback=as_shipped"],
-    "disagree": ["scenario=resume_disagree", "callback=as_shipped,agreed"],
+    "crash": ["scenario=crash_mid_save", "fix=as_shipped"],
+    "disagree": ["scenario=resume_disagree", "fix=as_shipped,agreed"],
 }
 SLOW = {
-    "crash": ["scenario=crash_mid_save", "callback=agreed"],
-    "pointer": ["scenario=pointer_first", "callback=as_shipped"],
-    "cleanup": ["scenario=cleanup", "callback=as_shipped"],
+    "crash": ["scenario=crash_mid_save", "fix=agreed"],
+    "pointer": ["scenario=pointer_first", "fix=as_shipped"],
+    "cleanup": ["scenario=cleanup", "fix=as_shipped"],
 }
 
 
@@ -59,7 +59,7 @@ def slow(tmp_path_factory):
 
 def by_fix(launch) -> dict:
     """fix -> (summary.json, the job's dir)."""
-    return {s["config"]["callback"]["name"]: (s, job) for s, job in launch.jobs()}
+    return {s["config"]["fix"]["name"]: (s, job) for s, job in launch.jobs()}
 
 
 def events_of(job_dir: Path) -> list:

@@ -43,7 +43,7 @@ def summaries(sweep):
     out = {}
     for path in sweep.glob("*/summary.json"):
         s = json.loads(path.read_text())
-        out[(s["config"]["scenario"], s["config"]["callback"]["name"])] = s
+        out[(s["config"]["scenario"], s["config"]["fix"]["name"])] = s
     return out
 
 

@@ -10,16 +10,16 @@ from train.report.matrix_files import scenario_references
 from train.judge.vocabulary import OUTCOMES
 from train.report.rates import share
 from train.report.runs import CONFIGS, _median, aggregate, run_row
-from train.report.run_records import find_runs
+from train.report.run_records import find_runs, fix_name
 from train.report.console import align, format_table
 from train.report.files import write_json_atomic
 
 
-def row(verdict="clean", scenario="seed", variant="barrier", replicas="agree", note="", **counts):
+def row(verdict="clean", scenario="seed", fix="barrier", replicas="agree", note="", **counts):
     """One report.csv row; counts: outcome=number of ranks (by default both ranks loaded when clean)."""
     if not counts and verdict == "clean":
         counts = {"loaded": 2}
-    return {"scenario": scenario, "variant": variant, "verdict": verdict, "replicas": replicas, "note": note,
+    return {"scenario": scenario, "fix": fix, "verdict": verdict, "replicas": replicas, "note": note,
             "world_size": 2, "skew_s": 3.0, **{f"n_{o}": counts.get(o, 0) for o in OUTCOMES},
             "nonsaver_wait_s": "", "nonsaver_read_vs_save_end_s": ""}
 
@@ -77,10 +77,10 @@ def test_diverged_replicas_are_counted_per_run():
 
 
 def test_build_makes_one_cell_per_pair_in_the_readme_order():
-    rows = [row("clean", scenario="torn", variant="atomic"), row("race", scenario="torn", variant="poll", corrupt=1),
-            row("race", scenario="seed", variant="unsynced", missing=1),
-            row("clean", scenario="torn", variant="atomic"),
-            row("clean", scenario="mine", variant="zfix"), row("clean", scenario="alpha", variant="afix")]
+    rows = [row("clean", scenario="torn", fix="atomic"), row("race", scenario="torn", fix="poll", corrupt=1),
+            row("race", scenario="seed", fix="unsynced", missing=1),
+            row("clean", scenario="torn", fix="atomic"),
+            row("clean", scenario="mine", fix="zfix"), row("clean", scenario="alpha", fix="afix")]
     cells = build(rows)
     assert [(c["scenario"], c["fix"]) for c in cells] == [
         ("seed", "unsynced"), ("torn", "poll"), ("torn", "atomic"), ("alpha", "afix"), ("mine", "zfix")]
@@ -123,7 +123,7 @@ def make_run(root, name, summary=None, events=(), hydra=None):
     return run
 
 
-CFG = {"scenario": "torn", "callback": {"name": "poll"}, "skew": {"seconds": 0.0, "rank": 0}, "world_size": 2,
+CFG = {"scenario": "torn", "fix": {"name": "poll"}, "skew": {"seconds": 0.0, "rank": 0}, "world_size": 2,
        "epochs": 3, "seed": 42, "repeat": 1}
 
 
@@ -138,7 +138,7 @@ def test_a_runs_row_counts_its_ranks_outcomes_and_its_non_savers_waits(tmp_path)
     run = make_run(tmp_path, "3-torn-poll", {"config": CFG, "status": "ok", "verdict": "race", "replicas": "diverged",
                                              "explanation": "race: x", "ranks": ranks}, events)
     r = run_row(tmp_path, run, events)
-    assert r == {"job": "3-torn-poll", "scenario": "torn", "framework": "fastai", "variant": "poll", "skew_s": 0.0,
+    assert r == {"job": "3-torn-poll", "scenario": "torn", "framework": "fastai", "fix": "poll", "skew_s": 0.0,
                  "skew_rank": 0,
                  "world_size": 2, "epochs": 3, "seed": 42, "repeat": 1, "status": "ok", "verdict": "race",
                  "replicas": "diverged", **{f"n_{o}": 0 for o in OUTCOMES}, "n_loaded": 2, "n_corrupt": 2,
@@ -160,15 +160,15 @@ def test_a_rows_defaults_the_seed_scenario_no_saves_and_no_launch_end(tmp_path):
 
 def test_an_n_a_run_keeps_its_reason_and_a_crashed_one_is_reported_as_crashed(tmp_path):
     na = make_run(tmp_path, "0-torn-dcp", {"config": CFG, "status": "n/a", "verdict": "n/a",
-                                           "explanation": "scenario=torn callback=dcp: n/a: why", "ranks": []})
+                                           "explanation": "scenario=torn fix=dcp: n/a: why", "ranks": []})
     r = run_row(tmp_path, na, [])
     assert (r["verdict"], r["status"], r["note"], r["replicas"]) == ("n/a", "n/a",
-                                                                     "scenario=torn callback=dcp: n/a: why", "")
+                                                                     "scenario=torn fix=dcp: n/a: why", "")
     hydra = {"config.yaml": json.dumps(CFG), "hydra.yaml": json.dumps({"hydra": {"runtime": {"choices": {
         "scenario": "stale"}}}})}
     crashed = make_run(tmp_path, "1-crashed", hydra=hydra)
     r = run_row(tmp_path, crashed, [])
-    assert (r["scenario"], r["variant"], r["status"], r["verdict"], r["replicas"], r["note"]) == \
+    assert (r["scenario"], r["fix"], r["status"], r["verdict"], r["replicas"], r["note"]) == \
         ("stale", "poll", "crashed", "crashed", "", "")
     assert all(r[f"n_{o}"] == 0 for o in OUTCOMES) and r["nonsaver_wait_s"] == ""
     no_choices = make_run(tmp_path, "2-crashed", hydra={"config.yaml": json.dumps(CFG)})
@@ -186,16 +186,16 @@ def test_runs_are_found_in_job_order_and_a_nodes_own_dir_is_part_of_its_run(tmp_
 
 
 def test_groups_per_point_count_runs_crashes_races_and_outcomes():
-    rows = [row("race", variant="unsynced", missing=1, loaded=1) | {"nonsaver_wait_s": 1.0,
+    rows = [row("race", fix="unsynced", missing=1, loaded=1) | {"nonsaver_wait_s": 1.0,
                                                                      "nonsaver_read_vs_save_end_s": -2.0},
-            row("clean", variant="unsynced", loaded=2) | {"nonsaver_wait_s": 3.0, "nonsaver_read_vs_save_end_s": 1.0},
-            row("clean", variant="unsynced", loaded=2) | {"nonsaver_wait_s": 4.0},
-            row("crashed", variant="unsynced") | {"nonsaver_wait_s": 99.0},
-            row("n/a", variant="dcp", note="why"),
-            row("clean", variant="barrier") | {"skew_s": "0"},
-            row("crashed", variant="poll")]
+            row("clean", fix="unsynced", loaded=2) | {"nonsaver_wait_s": 3.0, "nonsaver_read_vs_save_end_s": 1.0},
+            row("clean", fix="unsynced", loaded=2) | {"nonsaver_wait_s": 4.0},
+            row("crashed", fix="unsynced") | {"nonsaver_wait_s": 99.0},
+            row("n/a", fix="dcp", note="why"),
+            row("clean", fix="barrier") | {"skew_s": "0"},
+            row("crashed", fix="poll")]
     groups = aggregate(rows)
-    assert [(g["variant"], g["skew_s"]) for g in groups] == [("barrier", 0.0), ("poll", 3.0), ("unsynced", 3.0)]
+    assert [(g["fix"], g["skew_s"]) for g in groups] == [("barrier", 0.0), ("poll", 3.0), ("unsynced", 3.0)]
     unsynced = groups[2]  # the crashed run is counted apart, not in the rate
     assert {k: unsynced[k] for k in ("runs", "counted", "races", "race_rate", "not_counted", "outcomes", "wait_s",
                                      "read_s")} == {"runs": 4, "counted": 3, "races": 1, "race_rate": 1 / 3,
@@ -243,9 +243,9 @@ def test_json_is_written_whole_under_its_name(tmp_path):
 def test_several_frameworks_give_a_grid_each_without_their_all_n_a_columns():
     from train.report.matrix import markdown
 
-    rows = [row("race", scenario="seed", variant="unsynced", missing=1),
-            {**row("clean", scenario="seed", variant="as_shipped"), "framework": "lightning"},
-            {**row("n/a", scenario="seed", variant="unsynced", note="n/a: fastai v1's"), "framework": "lightning"}]
+    rows = [row("race", scenario="seed", fix="unsynced", missing=1),
+            {**row("clean", scenario="seed", fix="as_shipped"), "framework": "lightning"},
+            {**row("n/a", scenario="seed", fix="unsynced", note="n/a: fastai v1's"), "framework": "lightning"}]
     cells = build(rows)
     assert [(c["framework"], c["fix"]) for c in cells] == [("fastai", "unsynced"), ("lightning", "as_shipped"),
                                                             ("lightning", "unsynced")]
@@ -291,7 +291,7 @@ def test_a_summary_without_a_runs_record_is_read_as_none_and_its_run_as_crashed(
 def test_a_framework_whose_every_cell_is_n_a_still_shows_its_fixes():
     from train.report.matrix import fixes_shown
 
-    cells = build([{**row("n/a", variant=fix, note="n/a: no seam"), "framework": "transformers"}
+    cells = build([{**row("n/a", fix=fix, note="n/a: no seam"), "framework": "transformers"}
                    for fix in ("dcp", "barrier")])
     assert fixes_shown(cells) == ["barrier", "dcp"]  # all n/a: every column, each saying why
 
@@ -303,18 +303,24 @@ def test_a_long_reason_is_cut_to_its_first_80_characters():
 
 
 def test_a_group_names_its_fix_with_its_framework_where_that_is_not_fastai():
-    groups = aggregate([row("clean", variant="barrier"), {**row("race", variant="as_shipped"), "framework": "lightning"},
-                        {**row("clean", variant="barrier"), "framework": "fastai"}])
-    assert sorted((g["variant"], g["runs"]) for g in groups) == [("barrier", 2), ("lightning:as_shipped", 1)]
+    groups = aggregate([row("clean", fix="barrier"), {**row("race", fix="as_shipped"), "framework": "lightning"},
+                        {**row("clean", fix="barrier"), "framework": "fastai"}])
+    assert sorted((g["fix"], g["runs"]) for g in groups) == [("barrier", 2), ("lightning:as_shipped", 1)]
 
 
 def test_a_scenario_that_is_n_a_all_the_way_across_is_left_out_unless_every_one_is():
     from train.report.matrix import scenarios_shown
 
-    cells = build([row("race", scenario="torn", variant="barrier", missing=1),
-                   row("n/a", scenario="crash_mid_save", variant="barrier", note="a resume scenario"),
-                   row("n/a", scenario="crash_mid_save", variant="atomic", note="a resume scenario"),
-                   row("n/a", scenario="torn", variant="atomic", note="no seam")])
+    cells = build([row("race", scenario="torn", fix="barrier", missing=1),
+                   row("n/a", scenario="crash_mid_save", fix="barrier", note="a resume scenario"),
+                   row("n/a", scenario="crash_mid_save", fix="atomic", note="a resume scenario"),
+                   row("n/a", scenario="torn", fix="atomic", note="no seam")])
     assert scenarios_shown(cells) == ["torn"]
     all_na = [c for c in cells if c["verdict"] == "n/a"]
     assert scenarios_shown(all_na) == ["torn", "crash_mid_save"]  # all n/a: every row, each saying why
+
+
+def test_a_runs_fix_is_read_under_its_name_now_or_under_its_old_one():
+    assert fix_name({"fix": {"name": "barrier"}, "callback": {"name": "poll"}}) == "barrier"
+    assert fix_name({"callback": {"name": "poll"}}) == "poll"  # a summary.json written before the rename
+    assert fix_name({}) is None

@@ -64,7 +64,7 @@ def images_loaded(tab) -> list:
 
 def test_matrix_html_works_from_a_copy_of_the_sweep(tmp_path, browser):
     sweep = tmp_path / "sweep"
-    proc = multirun(sweep, "world_size=2", "epochs=1", "skew.seconds=0,1", "callback=unsynced,barrier",
+    proc = multirun(sweep, "world_size=2", "epochs=1", "skew.seconds=0,1", "fix=unsynced,barrier",
                     "repeat=range(2)")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"{sweep / 'matrix.html'}" in proc.stdout
@@ -106,11 +106,11 @@ def made_rows(job: str) -> list:
     another scenario (a column that is n/a all the way down is not drawn)."""
     base = {"replicas": "diverged", "wall_s": 2.5, "skew_s": 1.0, "repeat": 0, "note": "",
             **{f"n_{o}": 0 for o in OUTCOMES}}
-    return [{**base, "job": job, "scenario": "seed", "variant": "unsynced", "verdict": "race", "n_loaded": 1,
+    return [{**base, "job": job, "scenario": "seed", "fix": "unsynced", "verdict": "race", "n_loaded": 1,
              "n_missing": 1},
-            {**base, "job": "n-a", "scenario": "seed", "variant": "dcp", "verdict": "n/a", "replicas": "",
+            {**base, "job": "n-a", "scenario": "seed", "fix": "dcp", "verdict": "n/a", "replicas": "",
              "note": NASTY},
-            {**base, "job": "1-torn-dcp", "scenario": "torn", "variant": "dcp", "verdict": "clean", "n_loaded": 2}]
+            {**base, "job": "1-torn-dcp", "scenario": "torn", "fix": "dcp", "verdict": "clean", "n_loaded": 2}]
 
 
 def made_sweep(root: Path, job: str, explanation: str) -> list:
@@ -160,7 +160,7 @@ def test_with_several_frameworks_a_selector_picks_the_grid(tmp_path, browser):
     that framework's runs, not another's of the same scenario and fix."""
     root = tmp_path / "sweep"
     rows = made_sweep(root, "0-fastai-seed-unsynced", "fastai's run")
-    lightning = {**rows[0], "job": "3-lightning-seed-as_shipped", "framework": "lightning", "variant": "as_shipped",
+    lightning = {**rows[0], "job": "3-lightning-seed-as_shipped", "framework": "lightning", "fix": "as_shipped",
                  "verdict": "clean", "n_loaded": 2, "n_missing": 0}
     (root / lightning["job"]).mkdir()
     (root / lightning["job"] / "summary.json").write_text(json.dumps({"explanation": "lightning's run"}))

@@ -44,7 +44,7 @@ def outcomes(summary):
 
 @pytest.mark.slow
 def test_no_shared_fs_on_one_host_barrier_loses_and_broadcast_and_save_on_each_node_hold(train):
-    run = train("scenario=no_shared_fs", "callback=barrier", "world_size=2", "launch.node_disks=folder")
+    run = train("scenario=no_shared_fs", "fix=barrier", "world_size=2", "launch.node_disks=folder")
     assert run.rc == 0, run.out[-3000:]
     s = run.summary
     assert (s["verdict"], outcomes(s)) == ("race", ["loaded", "missing"])  # node 1's disk has no file
@@ -65,7 +65,7 @@ def test_no_shared_fs_on_one_host_barrier_loses_and_broadcast_and_save_on_each_n
     assert "Traceback" not in run.out + run.err and "Exception raised from" not in run.out + run.err
 
     for fix in ("broadcast", "save_on_each_node"):  # an override in Hydra's ++ form reaches both nodes too
-        run = train("scenario=no_shared_fs", f"callback={fix}", "world_size=2", "expect=clean", "++seed=3")
+        run = train("scenario=no_shared_fs", f"fix={fix}", "world_size=2", "expect=clean", "++seed=3")
         assert run.rc == 0, run.out[-3000:]
         assert [json.loads((run.dir / f"nodes/node{k}/node_summary.json").read_text())["config"]["seed"]
                 for k in (0, 1)] == [3, 3]
@@ -79,7 +79,7 @@ def test_one_host_node_agents_each_have_a_disk_that_no_other_node_and_not_the_ho
     """launch.all_nodes_here: each node's agent is a process forked from the run's forkserver, in a mount
     namespace of its own with a tmpfs on checkpoint.dir (node_disks=auto: mount, as root here); its ranks fork
     from it and share its disk. Rank 0 saved on node 0's disk; rank 1, on node 1, past the barrier, finds none."""
-    run = train("scenario=no_shared_fs", "callback=barrier", "world_size=2")
+    run = train("scenario=no_shared_fs", "fix=barrier", "world_size=2")
     assert run.rc == 0, run.out[-3000:]
     s = run.summary
     assert (s["node_disk"], s["verdict"], outcomes(s)) == ("mount", "race", ["loaded", "missing"])
@@ -96,7 +96,7 @@ def test_one_host_node_agents_each_have_a_disk_that_no_other_node_and_not_the_ho
 
 @pytest.mark.slow
 def test_under_start_method_spawn_the_node_agents_are_spawned_with_their_own_disks_too(train):
-    run = train("scenario=no_shared_fs", "callback=barrier", "world_size=2", "launch.start_method=spawn")
+    run = train("scenario=no_shared_fs", "fix=barrier", "world_size=2", "launch.start_method=spawn")
     assert run.rc == 0, run.out[-3000:]
     s = run.summary
     assert (s["node_disk"], s["verdict"], outcomes(s)) == ("mount", "race", ["loaded", "missing"])
@@ -110,7 +110,7 @@ def test_a_nodes_run_whose_launcher_is_killed_leaves_no_process(tmp_path):
     the forkserver, each rank with its node agent."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", "scenario=no_shared_fs",
-                             "callback=barrier", "skew.seconds=120"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                             "fix=barrier", "skew.seconds=120"], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env=tagged_env(str(run_dir)))
     try:
         deadline = time.time() + 240
@@ -145,7 +145,7 @@ def test_the_node_launchers_that_share_a_run_dir_can_both_check_it_is_writable_a
 @pytest.mark.slow
 def test_two_nodes_started_by_hand_then_merged_give_the_one_host_verdict(tmp_path, train):
     port, rid = free_port(), f"test-{time.time_ns()}"
-    common = ["callback=barrier", "world_size=2", "nnodes=2", f"rdzv.endpoint=127.0.0.1:{port}", f"rdzv.id={rid}",
+    common = ["fix=barrier", "world_size=2", "nnodes=2", f"rdzv.endpoint=127.0.0.1:{port}", f"rdzv.id={rid}",
               "checkpoint.node_local=true", f"checkpoint.dir={tmp_path / 'disks'}", "timeout.collective_s=15"]
     procs = [node(tmp_path / f"vm{k}", str(tmp_path), *common, f"node_rank={k}") for k in range(2)]
     dirs = [tmp_path / f"vm{k}/nodes/node{k}" for k in range(2)]  # each machine's own runs/, copied back
@@ -162,7 +162,7 @@ def test_two_nodes_started_by_hand_then_merged_give_the_one_host_verdict(tmp_pat
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     s = json.loads((merged / "summary.json").read_text())
-    one_host = train("scenario=no_shared_fs", "callback=barrier", "world_size=2").summary
+    one_host = train("scenario=no_shared_fs", "fix=barrier", "world_size=2").summary
     assert (s["verdict"], outcomes(s)) == (one_host["verdict"], outcomes(one_host)) == ("race", ["loaded", "missing"])
     assert [n["node_rank"] for n in s["nodes"]] == [0, 1]
     assert not processes_tagged(str(tmp_path))
@@ -183,7 +183,7 @@ def test_two_nodes_started_by_hand_then_merged_give_the_one_host_verdict(tmp_pat
 @pytest.mark.slow
 def test_an_interrupted_node_leaves_nothing_and_the_other_ends_by_its_timeout(tmp_path):
     port, rid = free_port(), f"test-{time.time_ns()}"
-    common = ["callback=barrier", "world_size=2", "nnodes=2", f"rdzv.endpoint=127.0.0.1:{port}", f"rdzv.id={rid}",
+    common = ["fix=barrier", "world_size=2", "nnodes=2", f"rdzv.endpoint=127.0.0.1:{port}", f"rdzv.id={rid}",
               "checkpoint.node_local=true", f"checkpoint.dir={tmp_path / 'disks'}", "skew.rank=1",
               "skew.seconds=120", "timeout.collective_s=10"]
     procs = [node(tmp_path / f"vm{k}", str(tmp_path), *common, f"node_rank={k}") for k in range(2)]

@@ -1,4 +1,4 @@
-"""callback=own: a checkpoint class of the user's, from outside train/ (examples/my_checkpoints), run through
+"""fix=own: a checkpoint class of the user's, from outside train/ (examples/my_checkpoints), run through
 the scenarios with real ranks, for fastai (README's worked example, in the fast loop), Lightning and the Trainer
 (slow: each its own sweep, whose forkserver imports the framework); a class that does not import or is of the
 wrong kind is refused in one line before any rank starts (the check itself, then once through the command line)."""
@@ -24,7 +24,7 @@ def run_examples(root, frameworks) -> dict:
     """framework -> scenario -> (summary.json, job dir): these examples' sweeps, side by side, each run from
     a folder outside the repository as a user runs it."""
     launches = side_by_side(root, {
-        name: sweep_command(root / name, f"framework={name}", scenarios, "callback=own", f"callback._target_={target}",
+        name: sweep_command(root / name, f"framework={name}", scenarios, "fix=own", f"fix._target_={target}",
                             "world_size=2") for name, (target, scenarios) in EXAMPLES.items() if name in frameworks},
         deadline_s=420, cwd=root, env=USER_PATH)
     out = {}
@@ -101,7 +101,7 @@ REFUSED = [
 
 @pytest.mark.parametrize("framework, target, says", REFUSED)
 def test_a_class_that_does_not_import_or_is_of_the_wrong_kind_is_refused(monkeypatch, framework, target, says):
-    """The launcher's check (train/launch/own_class.py, which preflight calls for callback=own), in this process:
+    """The launcher's check (train/launch/own_class.py, which preflight calls for fix=own), in this process:
     it imports the class in a child process, which finds the user's package on PYTHONPATH."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -111,11 +111,11 @@ def test_a_class_that_does_not_import_or_is_of_the_wrong_kind_is_refused(monkeyp
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = OmegaConf.to_container(compose(config_name="train", overrides=[
-            "callback=own", f"callback._target_={target}", f"framework={framework}"]))
+            "fix=own", f"fix._target_={target}", f"framework={framework}"]))
     monkeypatch.setenv("PYTHONPATH", USER_PATH["PYTHONPATH"])
     with pytest.raises(ConfigError) as refused:
         check_own_class(cfg)
-    assert str(refused.value) == f"callback._target_={target!r}: {says}"
+    assert str(refused.value) == f"fix._target_={target!r}: {says}"
 
 
 @pytest.mark.cli
@@ -123,7 +123,7 @@ def test_a_class_that_does_not_import_is_refused_by_the_command_line_before_any_
     """One refusal through python -m train (the others take the same path): one line, exit 2, no run dir."""
     framework, target, says = REFUSED[0]
     run_dir = tmp_path / "run"
-    done = race_lab(tmp_path, f"hydra.run.dir={run_dir}", "callback=own", f"callback._target_={target}",
+    done = race_lab(tmp_path, f"hydra.run.dir={run_dir}", "fix=own", f"fix._target_={target}",
                     "world_size=2", f"framework={framework}")
-    assert (done.returncode, done.stderr) == (2, f"error: callback._target_={target!r}: {says}\n")
+    assert (done.returncode, done.stderr) == (2, f"error: fix._target_={target!r}: {says}\n")
     assert not run_dir.exists()

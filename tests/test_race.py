@@ -12,10 +12,10 @@ from conftest import Run, alive, processes_tagged, run_train, together, train_co
 ENDS_WITHIN_S = 300  # every run together; each takes well under half a minute on 2 idle cores
 
 RUNS = {
-    "unsynced": ["callback=unsynced", "expect=race"],  # the seed: 3 ranks, rank 0 saves 3 s late
-    "barrier": ["callback=barrier", "expect=clean"],
-    "stale": ["scenario=stale", "callback=unsynced", "world_size=2", "expect=clean"],
-    "crash": ["callback=barrier", "fault.crash_rank=0"],
+    "unsynced": ["fix=unsynced", "expect=race"],  # the seed: 3 ranks, rank 0 saves 3 s late
+    "barrier": ["fix=barrier", "expect=clean"],
+    "stale": ["scenario=stale", "fix=unsynced", "world_size=2", "expect=clean"],
+    "crash": ["fix=barrier", "fault.crash_rank=0"],
     "first": ["world_size=1", "skew.seconds=0"],
     "mnist_sample": ["data=mnist_sample", "data.batch_size=16", "world_size=2", "epochs=1"],
 }

@@ -10,9 +10,9 @@ from train.report.runs import aggregate, markdown
 from train.report.race_vs_skew import race_vs_skew_figure
 
 
-def row(verdict, scenario="seed", variant="unsynced", skew=1.0, replicas="", **outcomes) -> dict:
+def row(verdict, scenario="seed", fix="unsynced", skew=1.0, replicas="", **outcomes) -> dict:
     """One run as report.run_row gives it."""
-    return {"scenario": scenario, "variant": variant, "world_size": 2, "skew_s": skew, "verdict": verdict,
+    return {"scenario": scenario, "fix": fix, "world_size": 2, "skew_s": skew, "verdict": verdict,
             "replicas": replicas, "note": "", "nonsaver_wait_s": "", "nonsaver_read_vs_save_end_s": "",
             **{f"n_{o}": outcomes.get(o, 0) for o in OUTCOMES}}
 
@@ -85,8 +85,8 @@ def test_a_tie_shows_the_worse_verdict():
 
 def test_the_report_counts_the_same_way():
     rows = [race(skew=1.0), *[row("interrupted", skew=1.0, aborted=2) for _ in range(4)],
-            *[clean(variant="barrier", skew=s) for s in (0.0, 0.0, 1.0)], row("crashed", variant="barrier", skew=0.0)]
-    groups = {(g["variant"], g["skew_s"]): g for g in aggregate(rows)}
+            *[clean(fix="barrier", skew=s) for s in (0.0, 0.0, 1.0)], row("crashed", fix="barrier", skew=0.0)]
+    groups = {(g["fix"], g["skew_s"]): g for g in aggregate(rows)}
     g = groups[("unsynced", 1.0)]
     assert (g["runs"], g["counted"], g["races"], g["race_rate"], g["not_counted"]) == (5, 1, 1, 1.0, "interrupted 4")
     assert g["outcomes"] == "loaded 1, missing 1"  # the interrupted runs' aborted ranks are not in it
@@ -99,7 +99,7 @@ def test_the_report_counts_the_same_way():
 
 def test_race_vs_skew_draws_each_interval_as_an_error_bar_with_its_count():
     rows = [race(skew=0.0), clean(skew=0.0), race(skew=2.0), race(skew=2.0), row("interrupted", skew=2.0),
-            clean(variant="barrier", skew=0.0), clean(variant="barrier", skew=2.0)]
+            clean(fix="barrier", skew=0.0), clean(fix="barrier", skew=2.0)]
     fig = race_vs_skew_figure(aggregate(rows))
     ax = fig.axes[0]
     bars = {}

@@ -22,10 +22,10 @@ from conftest import sweep_groups
 ENDS_WITHIN_S = 300  # every group together; about a minute on 2 idle cores
 
 GROUPS = {
-    "crash": ["scenario=crash_mid_save", "callback=in_place,atomic,dcp,manifest"],
-    "pointer": ["scenario=pointer_first", "callback=in_place,atomic,manifest"],
-    "cleanup": ["scenario=cleanup", "callback=in_place,rank0_rotates"],
-    "disagree": ["scenario=resume_disagree", "callback=in_place,agreed"],
+    "crash": ["scenario=crash_mid_save", "fix=in_place,atomic,dcp,manifest"],
+    "pointer": ["scenario=pointer_first", "fix=in_place,atomic,manifest"],
+    "cleanup": ["scenario=cleanup", "fix=in_place,rank0_rotates"],
+    "disagree": ["scenario=resume_disagree", "fix=in_place,agreed"],
 }
 
 
@@ -38,7 +38,7 @@ def groups(tmp_path_factory) -> dict:
 
 def by_fix(launch) -> dict:
     """fix -> (summary.json, the job's dir)."""
-    return {s["config"]["callback"]["name"]: (s, job) for s, job in launch.jobs()}
+    return {s["config"]["fix"]["name"]: (s, job) for s, job in launch.jobs()}
 
 
 def events_of(job_dir: Path) -> list:

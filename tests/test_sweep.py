@@ -20,9 +20,9 @@ def real(tmp_path_factory) -> dict:
     CompletedProcess (stdout and stderr apart, as conftest's multirun gives them); each sweep in root/<name>."""
     root = tmp_path_factory.mktemp("sweeps")
     commands = {
-        "small": ["skew.seconds=0,3", "callback=unsynced,barrier", "world_size=2", "epochs=1"],
+        "small": ["skew.seconds=0,3", "fix=unsynced,barrier", "world_size=2", "epochs=1"],
         "bad_job": ["skew.rank=5,0", "world_size=2", "epochs=1", "skew.seconds=2"],
-        "echo": ["launch.echo_ranks=true", "world_size=2", "epochs=1", "skew.seconds=0", "callback=barrier"],
+        "echo": ["launch.echo_ranks=true", "world_size=2", "epochs=1", "skew.seconds=0", "fix=barrier"],
     }
     started = {name: (multirun_command(root / name, *argv), root / name, None) for name, argv in commands.items()}
     started["run"] = (train_command(root / "run", "world_size=2", "skew.seconds=1", "epochs=1"), root / "run", None)
@@ -50,7 +50,7 @@ def test_a_small_sweep_makes_the_report(real):
     # one line per job (point, verdict, seconds), not every rank's output; that stays in the run dir
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[sweep] job ")]
     assert len(lines) == 4 and all(re.search(r"  (race|clean)  \d+\.\d s$", line) for line in lines), lines
-    assert "callback=unsynced" in next(line for line in lines if "  race  " in line)
+    assert "fix=unsynced" in next(line for line in lines if "  race  " in line)
     assert "Attempting to load model." not in proc.stdout and "[rank " not in proc.stdout
     assert "\r" not in proc.stdout, "no progress bar outside a terminal"
     for job in sweep.glob("[0-9]-*"):
@@ -60,17 +60,17 @@ def test_a_small_sweep_makes_the_report(real):
 
     rows = read_csv(sweep / "report.csv")
     assert len(rows) == 4
-    verdict = {(r["variant"], float(r["skew_s"])): r["verdict"] for r in rows}
+    verdict = {(r["fix"], float(r["skew_s"])): r["verdict"] for r in rows}
     assert verdict[("unsynced", 3.0)] == "race"
     assert verdict[("barrier", 0.0)] == verdict[("barrier", 3.0)] == "clean"
-    late = next(r for r in rows if r["variant"] == "unsynced" and float(r["skew_s"]) == 3.0)
+    late = next(r for r in rows if r["fix"] == "unsynced" and float(r["skew_s"]) == 3.0)
     assert late["n_missing"] == "1" and float(late["nonsaver_read_vs_save_end_s"]) < -1.0
-    waited = next(r for r in rows if r["variant"] == "barrier" and float(r["skew_s"]) == 3.0)
+    waited = next(r for r in rows if r["fix"] == "barrier" and float(r["skew_s"]) == 3.0)
     assert float(waited["nonsaver_wait_s"]) > 1.5
     assert all(float(r["wall_s"]) > 0 for r in rows)
 
     md = (sweep / "report.md").read_text()
-    assert "| variant | world size | skew (s) | runs | race rate (95% CI) | not counted |" in md
+    assert "| fix | world size | skew (s) | runs | race rate (95% CI) | not counted |" in md
     assert "| barrier | 2 | 3 | 1 | 0/1 (0–79%) | - | loaded 2 |" in md
     assert "| unsynced | 2 | 3 | 1 | 1/1 (21–100%) | - | loaded 1, missing 1 |" in md  # one run: not "100%"
     assert "| unsynced | 2 | 3 | 1 | 1/1 (21–100%) |" in proc.stdout  # printed at the end of the sweep
@@ -215,7 +215,7 @@ def made_run(run, explanation, n_ranks=8, launcher_took=5.0) -> list:
     (events_dir(run) / "all.jsonl").write_text("".join(json_.dumps(e) + "\n" for e in events))
     summary = {"verdict": "race", "explanation": explanation,
                "ranks": [{"rank": r, "outcome": "loaded" if r == 0 else "missing"} for r in range(n_ranks)],
-               "config": {"scenario": "seed", "callback": {"name": "unsynced"}, "skew": {"seconds": 1, "rank": 0}}}
+               "config": {"scenario": "seed", "fix": {"name": "unsynced"}, "skew": {"seconds": 1, "rank": 0}}}
     (run / "summary.json").write_text(json_.dumps(summary))
     return sorted(events, key=lambda e: e["t"])
 

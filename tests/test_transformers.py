@@ -24,12 +24,12 @@ ENDS_WITHIN_S = 300  # both sweeps together; each takes well under a minute on 2
 # the best epoch is the first: a rank that keeps its own training weights really differs
 NODE_LOCAL = ["scenario=no_shared_fs", "fault.best_epoch=0", "epochs=3"]
 SWEEPS = {
-    "shared": ["scenario=seed,save_fails", "callback=as_shipped"],
-    "no_shared_fs": [*NODE_LOCAL, "callback=as_shipped"],
+    "shared": ["scenario=seed,save_fails", "fix=as_shipped"],
+    "no_shared_fs": [*NODE_LOCAL, "fix=as_shipped"],
 }
 # the fixes on node-local disks: two more jobs whose two node agents each start their own processes (slow, as
 # test_lightning.py's and test_accelerate.py's no_shared_fs are)
-SLOW_SWEEPS = {"no_shared_fs": [*NODE_LOCAL, "callback=save_on_each_node,broadcast"]}
+SLOW_SWEEPS = {"no_shared_fs": [*NODE_LOCAL, "fix=save_on_each_node,broadcast"]}
 
 
 @pytest.fixture(scope="module")

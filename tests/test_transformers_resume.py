@@ -24,12 +24,12 @@ from train.launch.plan import not_applicable
 ENDS_WITHIN_S = 300  # every group together; under a minute on 2 idle cores
 
 GROUPS = {
-    "crash": ["scenario=crash_mid_save", "callback=as_shipped,manifest"],
-    "disagree": ["scenario=resume_disagree", "callback=as_shipped,agreed"],
-    "cleanup": ["scenario=cleanup", "callback=as_shipped"],
+    "crash": ["scenario=crash_mid_save", "fix=as_shipped,manifest"],
+    "disagree": ["scenario=resume_disagree", "fix=as_shipped,agreed"],
+    "cleanup": ["scenario=cleanup", "fix=as_shipped"],
 }
 # the fixes that do not hold, in crash loops of their own (slow)
-MORE = {"crash": ["scenario=crash_mid_save", "callback=atomic,agreed"]}
+MORE = {"crash": ["scenario=crash_mid_save", "fix=atomic,agreed"]}
 
 
 def started(tmp_path_factory, name: str, groups: dict) -> dict:
@@ -50,7 +50,7 @@ def more(tmp_path_factory) -> dict:
 
 def by_fix(launch) -> dict:
     """fix -> (summary.json, the job's dir); launch.jobs() asserts the launch ended and left no process."""
-    return {s["config"]["callback"]["name"]: (s, job) for s, job in launch.jobs()}
+    return {s["config"]["fix"]["name"]: (s, job) for s, job in launch.jobs()}
 
 
 def events_of(job_dir: Path) -> list:
@@ -135,10 +135,10 @@ def test_cleanup_as_shipped_rotates_on_rank0_alone_and_is_clean(groups):
 
 
 @pytest.mark.parametrize("overrides, reason", [
-    (["scenario=pointer_first", "callback=as_shipped"], "the Trainer keeps no pointer"),
-    (["scenario=cleanup", "callback=rank0_rotates"], "already as shipped: the Trainer's rotation"),
-    (["scenario=crash_mid_save", "callback=dcp"], "torch.distributed.checkpoint would replace the Trainer's save"),
-    (["scenario=crash_mid_save", "callback=in_place"], "the naive resume loop of framework=torch_loop"),
+    (["scenario=pointer_first", "fix=as_shipped"], "the Trainer keeps no pointer"),
+    (["scenario=cleanup", "fix=rank0_rotates"], "already as shipped: the Trainer's rotation"),
+    (["scenario=crash_mid_save", "fix=dcp"], "torch.distributed.checkpoint would replace the Trainer's save"),
+    (["scenario=crash_mid_save", "fix=in_place"], "the naive resume loop of framework=torch_loop"),
 ])
 def test_the_trainer_s_n_a_resume_cells_say_why(overrides, reason):
     assert (not_applicable(composed("framework=transformers", *overrides)) or "").startswith(reason)
@@ -147,5 +147,5 @@ def test_the_trainer_s_n_a_resume_cells_say_why(overrides, reason):
 def test_the_resume_cells_it_has_are_run():
     for scenario in ("crash_mid_save", "cleanup", "resume_disagree"):
         for fix in ("as_shipped", "manifest", "agreed"):
-            assert not_applicable(composed("framework=transformers", f"scenario={scenario}", f"callback={fix}")) is \
+            assert not_applicable(composed("framework=transformers", f"scenario={scenario}", f"fix={fix}")) is \
                 None, (scenario, fix)

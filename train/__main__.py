@@ -1,7 +1,17 @@
 """`python -m train` and `race-lab`: the Hydra app, with Hydra's own config errors turned into one line and exit 2."""
 import atexit
 import os
+import re
 import sys
+
+RENAMED = {"callback": "fix"}  # an old name of a key or group -> its name now; the old one still works
+
+
+def with_keys_renamed(argv: list) -> list:
+    """The command line with each key's old name (`callback=barrier`, `callback._target_=...`, `+callback.x=`,
+    `~callback`) written as its name now (`fix=...`), so that what users already type keeps working."""
+    pattern = re.compile(r"^([+~]{0,2})(" + "|".join(map(re.escape, RENAMED)) + r")(?=[.=]|$)")
+    return [pattern.sub(lambda m: m[1] + RENAMED[m[2]], arg) for arg in argv]
 
 
 def exit_without_teardown(code):
@@ -26,6 +36,7 @@ def cli():
     It never returns: it exits through exit_without_teardown."""
     user_wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let composition errors reach us instead of Hydra's printout
+    sys.argv[1:] = with_keys_renamed(sys.argv[1:])  # Hydra reads sys.argv
     from train.launch.forkserver import start_forkserver
 
     start_forkserver(sys.argv[1:])  # its preload overlaps the launcher's own start-up (torch, Hydra)

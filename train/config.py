@@ -104,8 +104,8 @@ class RdzvConfig:
 
 
 @dataclass
-class CallbackConfig:
-    name: str = key("???", "the fix, from configs/callback/")  # ???: set by the group
+class FixConfig:
+    name: str = key("???", "the fix, from configs/fix/")  # ???: set by the group
     _target_: Optional[str] = key(None, "the class that does it, for frameworks that take one (fastai: a "
                                         "SaveModelCallback subclass in train/frameworks/fastai/callbacks.py, or your own); null: "
                                         "the framework's adapter does the fix by its name")
@@ -120,7 +120,7 @@ class FrameworkConfig:
     adapter: str = key("train.frameworks.fastai", "its adapter module (train/frameworks/): trains, saves and "
                                                  "loads with that framework, faults at its public seams")
     own_class_kinds: List[str] = key(["train.frameworks.fastai.callbacks.RaceSaveModelCallback"],
-                                     "with callback=own, the class named by callback._target_ must subclass one of "
+                                     "with fix=own, the class named by fix._target_ must subclass one of "
                                      "these (set by each framework)")
 
 
@@ -171,7 +171,7 @@ class TrainConfig:
     launch: LaunchConfig = group(LaunchConfig, "how the ranks start")
     rdzv: RdzvConfig = group(RdzvConfig, "where the ranks meet")
     framework: FrameworkConfig = group(FrameworkConfig, "the framework under test (a config group)")
-    callback: CallbackConfig = field(default_factory=CallbackConfig, metadata={"doc": "the fix (a config group)"})
+    fix: FixConfig = field(default_factory=FixConfig, metadata={"doc": "the fix: how the ranks sync (a config group)"})
     data: Any = field(default="???", metadata={"doc": "the data set (a config group)"})  # ???: set by the group
 
 
@@ -263,7 +263,7 @@ def check(cfg: dict, schema=TrainConfig, prefix="") -> None:
             check(value, DATA[value["name"]], "data.")
         elif is_dataclass(f.type):
             check(value, f.type, path + ".")
-        elif f.name not in ("name", "_target_") or schema is not CallbackConfig:
+        elif f.name not in ("name", "_target_") or schema is not FixConfig:
             _check_value(path, value, f.type, f.metadata)
     unknown = sorted(set(cfg) - {f.name for f in fields(schema)})
     if unknown:
@@ -301,7 +301,7 @@ def _default_text(f) -> str:
 
 def rows(schema=TrainConfig, prefix="", note=""):
     for f in fields(schema):
-        if schema is TrainConfig and f.name in ("callback", "data"):
+        if schema is TrainConfig and f.name in ("fix", "data"):
             continue
         if is_dataclass(f.type):
             yield from rows(f.type, prefix + f.name + ".")

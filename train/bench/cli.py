@@ -7,19 +7,19 @@
   bench/plain_torchrun.py under `torchrun --standalone --nproc_per_node=3`, run alternately, --repeats
   times each; the ratio of their median walls. The launcher's resident memory is sampled every 20 ms
   (the launcher alone, not its ranks or forkserver), and its cold start read from the run's events.
-- sweep: one --jobs-job sweep (`-m skew.seconds=S callback=unsynced 'repeat=range(N)'`): its wall
+- sweep: one --jobs-job sweep (`-m skew.seconds=S fix=unsynced 'repeat=range(N)'`): its wall
   against N single runs, the overhead a job adds to its skew, and from the events of its warm jobs
   (all but the first) each rank's set-up (rank_start to fit_start) and the time between jobs
   (one job's launch_end to the next one's launch_start).
-- barrier: a sweep of callback=unsynced,barrier at the same skew, --repeats + 1 each: the median wall
+- barrier: a sweep of fix=unsynced,barrier at the same skew, --repeats + 1 each: the median wall
   of its warm jobs (launch_start to launch_end) with the barrier minus without it.
-- hang: a sweep of scenario=disagree callback=barrier (2 ranks), --repeats jobs: rank 0 waits in a barrier that
+- hang: a sweep of scenario=disagree fix=barrier (2 ranks), --repeats jobs: rank 0 waits in a barrier that
   rank 1 went past. Per job, from its events, the moment the hang was certain (the hang event's certain_at:
   rank 0 in the barrier and rank 1 at the end, train/toolkit/hang.py) to the run's end (launch_end); the median.
 - frameworks: for Lightning, the Trainer and Accelerate, a cold `python -m train framework=<name>
-  callback=as_shipped` (2 ranks) against bench/plain_<name>.py under torchrun, alternately, --repeats times.
+  fix=as_shipped` (2 ranks) against bench/plain_<name>.py under torchrun, alternately, --repeats times.
 - nodes: a sweep (JOBS=1) alternating a one-node cell (scenario=seed) and the two-node cell (scenario=no_shared_fs:
-  two torch elastic agents on this host, each node's disk its own tmpfs), fastai, callback=broadcast, 2 ranks, at
+  two torch elastic agents on this host, each node's disk its own tmpfs), fastai, fix=broadcast, 2 ranks, at
   one skew, --repeats + 1 of each: per job, launch_start to its summary.json; the median two-node job minus the
   median warm one-node job (the first job, which waits for the forkserver's preload, left out), and where the
   two-node job's time goes (its node agents' launch_start, the first rank_start, the last rank_end, the agents'
@@ -155,7 +155,7 @@ def main(argv=None):
         figures["launcher_peak_rss_mib"] = max(r["launcher_peak_rss_mib"] for r in singles)
 
     if "sweep" in parts:
-        run = sweep(out_dir / "sweep", f"skew.seconds={args.skew}", "callback=unsynced", f"world_size={WORLD}",
+        run = sweep(out_dir / "sweep", f"skew.seconds={args.skew}", "fix=unsynced", f"world_size={WORLD}",
                     f"repeat=range({args.jobs})")
         print(f"  sweep of {args.jobs} jobs {run['wall_s']:6.2f} s", flush=True)
         record["sweep"] = run
@@ -170,14 +170,14 @@ def main(argv=None):
             figures["sweep_vs_singles_ratio"] = round(run["wall_s"] / (args.jobs * figures["single_wall_s"]), 3)
 
     if "barrier" in parts:
-        run = sweep(out_dir / "barrier", f"skew.seconds={args.skew}", "callback=unsynced,barrier",
+        run = sweep(out_dir / "barrier", f"skew.seconds={args.skew}", "fix=unsynced,barrier",
                     f"world_size={WORLD}", f"repeat=range({args.repeats + 1})")
         record["barrier_sweep"] = run
         warm = run["jobs"][1:]  # the first job pays the forkserver's start
 
-        def job_wall(callback):
+        def job_wall(fix):
             return median(j["launch_end"] - j["launch_start"] for j in warm
-                          if j["callback"] == callback and j["launch_end"] and j["launch_start"])
+                          if j["fix"] == fix and j["launch_end"] and j["launch_start"])
         record["barrier_job_wall_s"], record["unsynced_job_wall_s"] = job_wall("barrier"), job_wall("unsynced")
         if record["barrier_job_wall_s"] and record["unsynced_job_wall_s"]:
             figures["barrier_cost_s"] = round(record["barrier_job_wall_s"] - record["unsynced_job_wall_s"], 3)
@@ -185,7 +185,7 @@ def main(argv=None):
               flush=True)
 
     if "hang" in parts:
-        run = sweep(out_dir / "hang", "scenario=disagree", "callback=barrier", "world_size=2",
+        run = sweep(out_dir / "hang", "scenario=disagree", "fix=barrier", "world_size=2",
                     f"repeat=range({args.repeats})")
         ends = [hang_to_end(out_dir / "hang" / j["job"]) for j in run["jobs"]]
         record.update(hang_sweep=run, hang_to_end_runs_s=ends)

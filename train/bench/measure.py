@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 
 from train.events import read_events
+from train.report.run_records import fix_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAIN = ROOT / "bench" / "plain_torchrun.py"
@@ -26,7 +27,7 @@ def matrix_run(sweep_dir: Path, jobs: int, scenarios: str, fixes: str) -> dict:
     """The matrix subset as `make matrix JOBS=jobs REPEATS=1` runs it: its wall and each job's verdict."""
     side_by_side = ["hydra/launcher=jobs", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else []
     load, began = os.getloadavg()[0], time.time()
-    run = sweep(sweep_dir, f"scenario={scenarios}", f"callback={fixes}", "framework=fastai", "world_size=2",
+    run = sweep(sweep_dir, f"scenario={scenarios}", f"fix={fixes}", "framework=fastai", "world_size=2",
                 "repeat=range(1)", *side_by_side)
     verdicts = {}
     for job in run.pop("jobs"):
@@ -79,7 +80,7 @@ def nodes_run(sweep_dir: Path, repeats: int, skew: float) -> dict:
     """One sweep, one job after another, alternating the one-node and the two-node cell at the same skew."""
     load, began = os.getloadavg()[0], time.time()
     run = sweep(sweep_dir, f"repeat=range({repeats + 1})", "scenario=seed,no_shared_fs", "framework=fastai",
-                "callback=broadcast", "world_size=2", f"skew.seconds={skew}")
+                "fix=broadcast", "world_size=2", f"skew.seconds={skew}")
     one, two, phases = [], [], []
     for i, job in enumerate(run["jobs"]):
         path = sweep_dir / job["job"]
@@ -107,7 +108,7 @@ def sample_rss(proc) -> int:
 
 def single_run(run_dir: Path, skew: float, extra) -> dict:
     start_wall, start = time.time(), time.perf_counter()
-    proc = psutil.Popen([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", "callback=unsynced",
+    proc = psutil.Popen([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", "fix=unsynced",
                          f"skew.seconds={skew}", f"world_size={WORLD}", *extra], cwd=ROOT,
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     peak = sample_rss(proc)
@@ -161,7 +162,7 @@ def jobs_of(sweep_dir: Path) -> list:
         setups = [first[(r, "fit_start")] - first[(r, "rank_start")] for r in range(WORLD)
                   if (r, "fit_start") in first and (r, "rank_start") in first]
         jobs.append({"job": job.name, "verdict": summary.get("verdict"),
-                     "callback": (summary.get("config") or {}).get("callback", {}).get("name"),
+                     "fix": fix_name(summary.get("config") or {}),
                      "launch_start": first.get(("launcher", "launch_start")),
                      "launch_end": first.get(("launcher", "launch_end")),
                      "rank_setup_s": round(max(setups), 3) if setups else None})
@@ -195,11 +196,11 @@ def launcher_imports_fastai() -> bool:
 
 
 def framework_runs(out_dir: Path, name: str, repeats: int) -> dict:
-    """A cold `python -m train framework=<name> callback=as_shipped` (2 ranks, no skew) against the plain
+    """A cold `python -m train framework=<name> fix=as_shipped` (2 ranks, no skew) against the plain
     script of the same framework doing the same work under torchrun, alternately; their median walls."""
     singles, plains = [], []
     for i in range(repeats):
-        singles.append(single_run(out_dir / f"{name}-single{i}", 0.0, [f"framework={name}", "callback=as_shipped",
+        singles.append(single_run(out_dir / f"{name}-single{i}", 0.0, [f"framework={name}", "fix=as_shipped",
                                                                          "world_size=2"]))
         start = time.perf_counter()
         plain = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

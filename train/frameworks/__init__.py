@@ -22,7 +22,7 @@ import importlib.util
 
 
 ENTRY = {"load_best": "fit_and_load", "resume": "fit_and_resume"}  # the adapter's function for each workload
-CLASS_NAMED = "callback._target_"  # a dispatch that is the config's: each fix is the class callback._target_ names
+CLASS_NAMED = "fix._target_"  # a dispatch that is the config's: each fix is the class fix._target_ names
 
 
 def entry(cfg: dict):
@@ -32,15 +32,15 @@ def entry(cfg: dict):
 
 def fix_way(cfg: dict):
     """How the run's adapter does the run's fix for its workload, or None where it has no way to. Each workload
-    module keeps its dispatch, BY_FIX: callback.name -> how it does that fix (the implementation, no list beside it);
+    module keeps its dispatch, BY_FIX: fix.name -> how it does that fix (the implementation, no list beside it);
     where BY_FIX is CLASS_NAMED (fastai: each fix a SaveModelCallback subclass), the way is the class that
-    callback._target_ names (callback=own: yours). Which fix applies is said in one place, configs/framework/'s
+    fix._target_ names (fix=own: yours). Which fix applies is said in one place, configs/framework/'s
     not_for (launch/plan.py's not_applicable, before any rank starts); tests/test_fix_support.py holds every
     dispatch to it. Imports the adapter, so its framework: for tests, never the launcher."""
     ways = importlib.import_module(entry(cfg).__module__).BY_FIX
     if ways is CLASS_NAMED:
-        return cfg["callback"]["_target_"]
-    return ways.get(cfg["callback"]["name"])
+        return cfg["fix"]["_target_"]
+    return ways.get(cfg["fix"]["name"])
 
 
 def adapter_functions(module: str) -> set:

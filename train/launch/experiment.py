@@ -27,7 +27,7 @@ def header(cfg: dict, plan, run_dir: Path, nodes_here: bool, one_node_of_many: b
     else:
         where = ""
     return (f"run dir: {run_dir}\ndevice: {plan.device}+{plan.backend} ({plan.reason})\n"
-            f"scenario={cfg['scenario']} callback={cfg['callback']['name']} framework={cfg['framework']['name']} "
+            f"scenario={cfg['scenario']} fix={cfg['fix']['name']} framework={cfg['framework']['name']} "
             f"world_size={cfg['world_size']} "
             f"epochs={cfg['epochs']}\nfault: {describe_faults(cfg)}{where}")
 

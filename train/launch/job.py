@@ -62,7 +62,7 @@ def run_job(dict_cfg) -> str:
         cfg = nodes.from_slurm(resolved(dict_cfg))
     except ConfigError as e:
         return refuse(e)
-    scenario, fix, framework = hydra_cfg.runtime.choices.get("scenario"), cfg["callback"]["name"], \
+    scenario, fix, framework = hydra_cfg.runtime.choices.get("scenario"), cfg["fix"]["name"], \
         cfg["framework"]["name"]
     try:
         check(cfg)  # each key in its range first: a bad value is refused, never taken for an n/a cell
@@ -70,7 +70,7 @@ def run_job(dict_cfg) -> str:
         return refuse(e)
     reason = not_applicable(cfg)
     if reason:  # a combination that makes no sense: not run, and not a failure of a sweep
-        which = f"scenario={scenario} callback={fix}" + (f" framework={framework}" if framework != "fastai" else "")
+        which = f"scenario={scenario} fix={fix}" + (f" framework={framework}" if framework != "fastai" else "")
         why = f"{which}: n/a: {reason}"
         if not in_sweep:
             return refuse(why)

@@ -1,4 +1,4 @@
-"""callback=own: a checkpoint class of your own (callback._target_=package.module.Class), checked before
+"""fix=own: a checkpoint class of your own (fix._target_=package.module.Class), checked before
 any rank starts. It must import and subclass one of the framework's kinds (framework.own_class_kinds).
 
 The check runs in a short-lived Python process: importing the class imports its framework, which the
@@ -35,13 +35,13 @@ if not isinstance(found, type) or not issubclass(found, tuple(bases)):
 
 
 def check_own_class(cfg: dict, timeout_s: float = 120):
-    """Raise ConfigError unless callback._target_ names a class of one of the framework's kinds."""
-    target, kinds = cfg["callback"]["_target_"], cfg["framework"]["own_class_kinds"]
+    """Raise ConfigError unless fix._target_ names a class of one of the framework's kinds."""
+    target, kinds = cfg["fix"]["_target_"], cfg["framework"]["own_class_kinds"]
     if not target:
-        raise ConfigError("callback=own: give the class to test, callback._target_=package.module.Class "
+        raise ConfigError("fix=own: give the class to test, fix._target_=package.module.Class "
                           "(importable: installed, or on PYTHONPATH)")
     done = subprocess.run([sys.executable, "-c", CHECK, target, *kinds], capture_output=True, text=True,
                           timeout=timeout_s)
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-        raise ConfigError(f"callback._target_={target!r}: {why}")
+        raise ConfigError(f"fix._target_={target!r}: {why}")

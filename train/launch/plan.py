@@ -62,7 +62,7 @@ def check_config(cfg: dict) -> None:
                  "HOST:PORT, reachable from all of them (torchrun's --rdzv-endpoint)")
         _require(cfg["rdzv"]["id"] != "auto", "rdzv.id", "auto", f"with nnodes={nodes} give every node the same id, "
                  "new for each run (torchrun's --rdzv-id)")
-    for key, value in (("checkpoint.name", cfg["checkpoint"]["name"]), ("callback.name", cfg["callback"]["name"]),
+    for key, value in (("checkpoint.name", cfg["checkpoint"]["name"]), ("fix.name", cfg["fix"]["name"]),
                        ("framework.name", cfg["framework"]["name"]), ("rdzv.id", cfg["rdzv"]["id"])):
         _require(is_name(value), key, value, "must be a name, not a path: 1 to 200 characters, no '/' or NUL, "
                  "not '.' or '..'")  # each becomes part of a file or folder name
@@ -88,12 +88,12 @@ def not_applicable(cfg: dict):
     """Why this scenario x fix x framework makes no sense (its cell is n/a, not run), or None: the scenario's or
     the framework's not_for names the fix for this workload (`resume/atomic`) or for any, or the framework, or
     the fix is not for the run's workload."""
-    fix, framework, workload = cfg["callback"]["name"], cfg["framework"]["name"], cfg["workload"]
+    fix, framework, workload = cfg["fix"]["name"], cfg["framework"]["name"], cfg["workload"]
     not_for = cfg["not_for"]
     reason = not_for.get(f"{workload}/{fix}") or not_for.get(fix) or not_for.get(framework)
-    if reason or workload in cfg["callback"]["workloads"]:
+    if reason or workload in cfg["fix"]["workloads"]:
         return reason
-    words = [WORKLOAD_WORDS.get(w, f"workload={w}") for w in cfg["callback"]["workloads"]] or ["no workload"]
+    words = [WORKLOAD_WORDS.get(w, f"workload={w}") for w in cfg["fix"]["workloads"]] or ["no workload"]
     return f"a fix of {' and '.join(words)}; this run's is {WORKLOAD_WORDS.get(workload, f'workload={workload}')}"
 
 

@@ -62,7 +62,7 @@ def preflight(cfg: dict, machine, reach_data: bool = True):
     else:
         check_folder_writable("checkpoint.dir", Path(cfg["checkpoint"]["dir"]))
     nodes.node_disk_form(cfg)  # launch.node_disks=mount on a machine that cannot: refused here
-    if cfg["callback"]["name"] == "own":
+    if cfg["fix"]["name"] == "own":
         check_own_class(cfg)
     if reach_data:
         check_data_reachable(cfg["data"])

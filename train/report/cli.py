@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 from train.report.console import align
-from train.report.run_records import load_summary
+from train.report.run_records import fix_name, load_summary
 from train.report.runs import write_report
 
 
@@ -19,9 +19,9 @@ def rank_cell(rank: dict) -> str:
 
 
 def compare(run_dirs) -> str:
-    """One column per run: variant, verdict, then each rank's outcome and load time vs the save's end."""
+    """One column per run: fix, verdict, then each rank's outcome and load time vs the save's end."""
     summaries = [load_summary(d) for d in run_dirs]
-    header = ["", *(s["config"]["callback"]["name"] for s in summaries)]
+    header = ["", *(fix_name(s["config"]) for s in summaries)]
     rows = [header,
             ["skew", *(skew_cell(s["config"]["skew"]) for s in summaries)],
             ["verdict", *(s["verdict"] for s in summaries)]]
@@ -30,7 +30,7 @@ def compare(run_dirs) -> str:
                                        for s in summaries)])
     lines = [align(rows), "(rank: outcome (when its load started, relative to the end of the last save))"]
     for s in summaries:
-        lines.append(f"{s['config']['callback']['name']}: {s['explanation']}")
+        lines.append(f"{fix_name(s['config'])}: {s['explanation']}")
     return "\n".join(lines)
 
 

@@ -1,6 +1,6 @@
 """The scenario x fix matrix of a sweep, for each framework: matrix.csv, matrix.md and matrix.png.
 
-Rows are scenarios (what goes wrong), columns are fixes (callback variants); with several frameworks,
+Rows are scenarios (what goes wrong), columns are fixes (how the ranks sync); with several frameworks,
 matrix.md has a grid per framework and matrix.png one grid with the framework as the outer row group. Each cell holds
 what every rank of every run of that pair ended up with: the runs, how many raced out of those
 that gave a verdict (with a 95% Wilson interval), the runs that did not count, the dominant
@@ -73,7 +73,7 @@ def build(rows: list) -> list:
     """A cell per (framework, scenario, fix) that was run, frameworks, scenarios and fixes in their order."""
     pairs = {}
     for r in rows:
-        pairs.setdefault((r.get("framework", "fastai"), r["scenario"], r["variant"]), []).append(r)
+        pairs.setdefault((r.get("framework", "fastai"), r["scenario"], r["fix"]), []).append(r)
     out = []
     for framework in _order({k[0] for k in pairs}, FRAMEWORK_ORDER):
         for scenario in _order({k[1] for k in pairs}, SCENARIO_ORDER):

@@ -37,7 +37,7 @@ def run_entry(root: Path, row: dict) -> dict:
     def link(name):  # relative to the page, which lies in root; None where the run has no such file
         path = run / name
         return f"{quote(row['job'])}/{quote(name)}{'/' if path.is_dir() else ''}" if path.exists() else None
-    return {"framework": row.get("framework", "fastai"), "scenario": row["scenario"], "fix": row["variant"],
+    return {"framework": row.get("framework", "fastai"), "scenario": row["scenario"], "fix": row["fix"],
             "job": row["job"], "verdict": row["verdict"],
             "explanation": explanation, "wall_s": row["wall_s"], "skew_s": row["skew_s"], "repeat": row["repeat"],
             "summary": link("summary.json"), "logs": link("logs"), "timeline": link("timeline.png")}

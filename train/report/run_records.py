@@ -39,3 +39,8 @@ def read_summary(run: Path):
     except (OSError, ValueError):
         return None
     return summary if isinstance(summary, dict) and {"config", "status", "verdict", "ranks"} <= set(summary) else None
+
+
+def fix_name(config: dict) -> str:
+    """The fix a run's config names (a run recorded before the axis was called fix has it under `callback`)."""
+    return (config.get("fix") or config.get("callback") or {}).get("name")

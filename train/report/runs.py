@@ -16,11 +16,11 @@ from train.judge.vocabulary import OUTCOMES, saves
 from train.report import rates
 from train.report.matrix_files import write_matrix
 from train.report.race_vs_skew import plot_race_vs_skew
-from train.report.run_records import find_runs, read_summary, unreadable
+from train.report.run_records import find_runs, fix_name, read_summary, unreadable
 from train.report.timeline import draw_timeline
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-FIELDS = ["job", "scenario", "framework", "variant", "skew_s", "skew_rank", "world_size", "epochs", "seed", "repeat", "status",
+FIELDS = ["job", "scenario", "framework", "fix", "skew_s", "skew_rank", "world_size", "epochs", "seed", "repeat", "status",
           "verdict", "replicas", *(f"n_{o}" for o in OUTCOMES), "nonsaver_wait_s",
           "nonsaver_read_vs_save_end_s", "wall_s", "note"]
 
@@ -47,7 +47,7 @@ def run_row(root: Path, run: Path, events: list) -> dict:
     ends = {e["event"]: e["t"] for e in events if e["rank"] == "launcher"}
     row = {
         "job": str(run.relative_to(root)), "scenario": cfg.get("scenario") or "seed",
-        "framework": (cfg.get("framework") or {}).get("name", "fastai"), "variant": cfg["callback"]["name"], "skew_s": cfg["skew"]["seconds"],
+        "framework": (cfg.get("framework") or {}).get("name", "fastai"), "fix": fix_name(cfg), "skew_s": cfg["skew"]["seconds"],
         "skew_rank": cfg["skew"]["rank"], "world_size": cfg["world_size"], "epochs": cfg["epochs"],
         "seed": cfg["seed"], "repeat": cfg.get("repeat", 0), "status": status, "verdict": verdict,
         "replicas": s.get("replicas", ""), **{f"n_{o}": sum(r["outcome"] == o for r in ranks) for o in OUTCOMES},
@@ -60,28 +60,28 @@ def run_row(root: Path, run: Path, events: list) -> dict:
     return row
 
 
-def variant_of(row) -> str:
+def fix_of(row) -> str:
     """The fix, named with its framework where that is not fastai: lightning:as_shipped."""
     framework = row.get("framework", "fastai")
-    return row["variant"] if framework == "fastai" else f"{framework}:{row['variant']}"
+    return row["fix"] if framework == "fastai" else f"{framework}:{row['fix']}"
 
 
 def aggregate(rows) -> list:
-    """Per (scenario, variant, world size, skew): runs, races out of the runs that gave a verdict with
+    """Per (scenario, fix, world size, skew): runs, races out of the runs that gave a verdict with
     its 95% interval, the runs not counted (rates.NOT_COUNTED), outcome counts and median waits."""
     groups = {}
     for row in rows:
         if row["verdict"] != "n/a":
-            groups.setdefault((row["scenario"], variant_of(row), row["world_size"], float(row["skew_s"])),
+            groups.setdefault((row["scenario"], fix_of(row), row["world_size"], float(row["skew_s"])),
                               []).append(row)
     out = []
-    for (scenario, variant, ws, skew), group in sorted(groups.items()):
+    for (scenario, fix, ws, skew), group in sorted(groups.items()):
         counted = [r for r in group if r["verdict"] not in rates.NOT_COUNTED]
         races = sum(r["verdict"] == "race" for r in counted)
         low, high = rates.interval(races, len(counted)) if counted else (None, None)
         counts = {o: sum(r[f"n_{o}"] for r in counted) for o in OUTCOMES}
         out.append({
-            "scenario": scenario, "variant": variant, "world_size": ws, "skew_s": skew, "runs": len(group),
+            "scenario": scenario, "fix": fix, "world_size": ws, "skew_s": skew, "runs": len(group),
             "counted": len(counted), "races": races,
             "race_rate": races / len(counted) if counted else None, "ci_low": low, "ci_high": high,
             "not_counted": rates.counts(r["verdict"] for r in group if r["verdict"] in rates.NOT_COUNTED),
@@ -94,12 +94,12 @@ def aggregate(rows) -> list:
 
 
 def markdown(groups) -> str:
-    lines = ["| scenario | variant | world size | skew (s) | runs | race rate (95% CI) | not counted | "
+    lines = ["| scenario | fix | world size | skew (s) | runs | race rate (95% CI) | not counted | "
              "outcomes (counted runs, all ranks) | median sync wait (s) | median read vs save end (s) |",
              "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |"]
     for g in groups:
         rate = "-" if not g["counted"] else rates.share(g["races"], g["counted"])
-        lines.append(f"| {g['scenario']} | {g['variant']} | {g['world_size']} | {g['skew_s']:g} | {g['runs']} | "
+        lines.append(f"| {g['scenario']} | {g['fix']} | {g['world_size']} | {g['skew_s']:g} | {g['runs']} | "
                      f"{rate} | {g['not_counted'] or '-'} | {g['outcomes'] or '-'} | "
                      f"{g['wait_s'] if g['wait_s'] != '' else '-'} | {g['read_s'] if g['read_s'] != '' else '-'} |")
     return "\n".join(lines)
@@ -149,6 +149,6 @@ def write_report(root, drawn=frozenset()) -> str:
     out = f"{table}\n\nreport: {root / 'report.md'}"
     if skipped:
         out += f"\nskipped {len(skipped)}: " + "; ".join(skipped[:5]) + ("; ..." if len(skipped) > 5 else "")
-    if len({(r["scenario"], r["variant"]) for r in rows}) > 1:
+    if len({(r["scenario"], r["fix"]) for r in rows}) > 1:
         out += f"\n\n{write_matrix(root, rows, CONFIGS)}\n\nmatrix: {root / 'matrix.md'}, {root / 'matrix.png'}, {root / 'matrix.html'}"
     return out

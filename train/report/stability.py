@@ -1,6 +1,6 @@
 """Verdict stability: the seed scenario N times with each fix, counted.
 
-  python -m train.report.stability [--runs N] [--variants unsynced,barrier] [hydra overrides ...]   (make stability N=50)
+  python -m train.report.stability [--runs N] [--fixes unsynced,barrier] [hydra overrides ...]   (make stability N=50)
 
 Runs one Hydra multirun (every fix x repeat=range(N)), then prints how often each verdict came out
 per fix and whether the last saved weights had one digest in every run, and writes the same into
@@ -16,14 +16,14 @@ from pathlib import Path
 
 from train.events import read_events
 from train.judge.vocabulary import saves
-from train.report.run_records import find_runs, load_summary
+from train.report.run_records import find_runs, fix_name, load_summary
 
 
 def tally(root: Path) -> dict:
     verdicts, digests = {}, Counter()
     for run in find_runs(root):
         summary = load_summary(run)
-        verdicts.setdefault(summary["config"]["callback"]["name"], Counter())[summary["verdict"]] += 1
+        verdicts.setdefault(fix_name(summary["config"]), Counter())[summary["verdict"]] += 1
         written = saves(read_events(run))
         digests[written[-1]["digest"] if written else None] += 1
     return {"verdicts": {fix: dict(counts) for fix, counts in verdicts.items()}, "saved_digests": dict(digests)}
@@ -33,13 +33,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m train.report.stability", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=50, help="runs per fix")
-    parser.add_argument("--variants", default="unsynced,barrier", help="the fixes, comma-separated")
+    parser.add_argument("--fixes", "--variants", dest="fixes", default="unsynced,barrier",
+                        help="the fixes, comma-separated (--variants: its old name)")
     parser.add_argument("--dir", type=Path, default=None, help="the sweep dir (default runs/stability/<time>)")
     parser.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
     args = parser.parse_args(argv)
     root = args.dir or Path("runs/stability") / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     sweep = subprocess.run([sys.executable, "-m", "train", "-m", f"hydra.sweep.dir={root}",
-                            f"callback={args.variants}", f"repeat=range({args.runs})",
+                            f"fix={args.fixes}", f"repeat=range({args.runs})",
                             *args.overrides], stdout=subprocess.DEVNULL)
     if sweep.returncode not in (0, 1) or not root.exists():
         raise SystemExit(f"error: the sweep failed (exit {sweep.returncode}); see {root}")

@@ -4,7 +4,7 @@ from pathlib import Path
 from train.events import read_events
 from train.judge.vocabulary import saves
 from train.report.files import save_png_atomic
-from train.report.run_records import load_summary, read_summary
+from train.report.run_records import fix_name, load_summary, read_summary
 
 PHASES = [  # (label, start event, end events, colour), drawn in this order
     ("start-up", "rank_start", ("fit_start",), "#d9d9d9"),
@@ -76,7 +76,7 @@ def timeline_figure(run: Path, events: list):
     ax.set_xlabel(f"seconds since {since}" + ("; dashed: the last save ended" if written else "") +
                   ("; dotted: a restart began (torch elastic)" if restarts else ""))
     cfg = summary["config"]
-    head = (f"{cfg.get('scenario') or 'seed'} x {cfg['callback']['name']}, skew {cfg['skew']['seconds']:g} s "
+    head = (f"{cfg.get('scenario') or 'seed'} x {fix_name(cfg)}, skew {cfg['skew']['seconds']:g} s "
             f"on rank {cfg['skew']['rank']}: {summary['verdict']}")
     title = fig.suptitle(figures.wrap(fig, f"{head}\n{summary['explanation']}", fontsize=9), fontsize=9)
     handles = [Patch(color=c, label=label) for label, _, _, c in PHASES]

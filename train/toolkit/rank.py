@@ -20,7 +20,7 @@ class Rank:
 
 
 def named_class(dotted: str):
-    """The class a dotted path names (callback._target_: fastai's fixes, or a class of your own, which the
+    """The class a dotted path names (fix._target_: fastai's fixes, or a class of your own, which the
     launcher has checked: train/launch/own_class.py)."""
     module, _, name = dotted.rpartition(".")
     return getattr(importlib.import_module(module), name)

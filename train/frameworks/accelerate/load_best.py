@@ -4,7 +4,7 @@ every attempt, is train/frameworks/accelerate/resume.py's, called by fit_and_res
 the docs show), and `Accelerator.load_state` of that folder on every rank after the last epoch. save_state
 writes model.safetensors (safetensors) on the main process only, and neither it nor load_state waits for that
 write: the user is to call `accelerator.wait_for_everyone()` between them (the docs' "Executing and deferring
-jobs" guide; their checkpointing example has no such line). callback=as_shipped is the loop without it
+jobs" guide; their checkpointing example has no such line). fix=as_shipped is the loop without it
 (docs/findings/accelerate.md).
 
 Accelerate is a library, not a trainer: the loop is the user's, so shape_metric, before_last_save and the save and
@@ -17,7 +17,7 @@ load calls sit in it. Everything else goes through Accelerate's public hooks, on
   register_load_state_pre_hook(fn(models, input_dir))  before the files are read: before_load, load_attempt;
       broadcast reads on rank 0 and sends, and empties `models` so that Accelerate reads no model.
 What a rank read is its model right after load_state (a second read of the file could see a newer one).
-Fixes (cfg["callback"]["name"]): Accelerate's own, and the product fixes of train/fixes.py, called here:
+Fixes (cfg["fix"]["name"]): Accelerate's own, and the product fixes of train/fixes.py, called here:
   as_shipped         nothing between the last save and the load
   wait_for_everyone  accelerator.wait_for_everyone() between them
   save_on_each_node  ProjectConfiguration(save_on_each_node=True) and wait_for_everyone (each node's local main
@@ -61,7 +61,7 @@ class AccelerateRun:
     def __init__(self, rank: Rank):
         cfg = rank.cfg
         self.rank, self.cfg, self.events, self.faults = rank, cfg, rank.events, rank.faults
-        self.way = BY_FIX[cfg["callback"]["name"]]
+        self.way = BY_FIX[cfg["fix"]["name"]]
         self.folder = Path(checkpoint_dir(cfg)) / cfg["checkpoint"]["name"]  # save_state's output_dir
         self.model_file = self.folder / SAFE_WEIGHTS_NAME  # what save_state writes for the model
         self.timeout_s = cfg["timeout"]["collective_s"]  # a wait that is not a collective (poll, atomic)
@@ -230,7 +230,7 @@ class Way:
     broadcast: bool = False  # rank 0 reads, the others get its weights through a collective
 
 
-# the dispatch: callback.name -> how the loop does it (configs/framework/accelerate.yaml's not_for says which apply)
+# the dispatch: fix.name -> how the loop does it (configs/framework/accelerate.yaml's not_for says which apply)
 BY_FIX = {
     "as_shipped": Way(),
     "wait_for_everyone": Way(sync=AccelerateRun.sync_barrier),

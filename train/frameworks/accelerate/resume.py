@@ -25,7 +25,7 @@ Seams (public, on every rank):
 No public seam lets one rank list other names than its peer inside load_state (it calls os.listdir itself), and
 there is no pointer: resume_disagree and pointer_first are n/a (their not_for lines).
 
-Fixes (cfg["callback"]["name"]), each from train/fixes.py:
+Fixes (cfg["fix"]["name"]), each from train/fixes.py:
   as_shipped  the pattern above
   atomic      model.safetensors through fixes.atomic_write (temporary name, fsync, rename); load_state() as shipped
   manifest    after save_state and a wait_for_everyone, rank 0 writes model.safetensors.complete
@@ -63,7 +63,7 @@ class Way:
     rank0_picks: bool = False  # rank 0 picks the folder as load_state() would, every rank loads that one
 
 
-# the dispatch: callback.name -> how the loop does it (configs/framework/accelerate.yaml's not_for says which apply)
+# the dispatch: fix.name -> how the loop does it (configs/framework/accelerate.yaml's not_for says which apply)
 BY_FIX = {
     "as_shipped": Way(),
     "atomic": Way(write=atomic_write),
@@ -81,7 +81,7 @@ class AccelerateResume:
     def __init__(self, rank: Rank):
         cfg = rank.cfg
         self.rank, self.cfg, self.events, self.faults = rank, cfg, rank.events, rank.faults
-        self.way = BY_FIX[cfg["callback"]["name"]]
+        self.way = BY_FIX[cfg["fix"]["name"]]
         self.project_dir = Path(checkpoint_dir(cfg))  # ProjectConfiguration's project_dir
         self.folder = self.project_dir / "checkpoints"  # where automatic_checkpoint_naming puts checkpoint_<i>
         self.keep = cfg["checkpoint"]["keep_last"]  # total_limit (0: keep all)

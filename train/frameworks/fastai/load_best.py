@@ -1,6 +1,6 @@
 """fastai: SaveModelCallback(every='improvement') keeps the best model on rank 0 and every rank loads
 it when fit ends (the seed). The fixes are SaveModelCallback subclasses in train/frameworks/fastai/callbacks.py, named
-by callback._target_ (a class of your own works too: a SaveModelCallback subclass taking the same
+by fix._target_ (a class of your own works too: a SaveModelCallback subclass taking the same
 arguments, see examples/)."""
 import fastai.callback.progress  # noqa: F401  (adds Learner.no_bar)
 import fastai.callback.schedule  # noqa: F401  (adds Learner.fit_one_cycle)
@@ -17,7 +17,7 @@ from train.frameworks import CLASS_NAMED
 from train.toolkit.rank import Rank, checkpoint_dir, named_class
 
 
-BY_FIX = CLASS_NAMED  # the dispatch: each fix is the SaveModelCallback subclass callback._target_ names (callbacks.py)
+BY_FIX = CLASS_NAMED  # the dispatch: each fix is the SaveModelCallback subclass fix._target_ names (callbacks.py)
 
 
 def epoch_table(learn):
@@ -37,7 +37,7 @@ def fit_and_load(rank: Rank):
                     SimpleCNN((CHANNELS[cfg["data"]["name"]], 16, 16, 2)),  # the seed's simple_cnn((3,16,16,2))
                     loss_func=CrossEntropyLossFlat(), metrics=accuracy,
                     path=rank.run_dir, model_dir=checkpoint_dir(cfg))
-    save_model_cb = named_class(cfg["callback"]["_target_"])(
+    save_model_cb = named_class(cfg["fix"]["_target_"])(
         rank.events, rank.faults, cfg["checkpoint"], timeout_s=cfg["timeout"]["collective_s"])
 
     learn.logger = epoch_table(learn)

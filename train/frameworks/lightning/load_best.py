@@ -28,7 +28,7 @@ second epoch on, so the last epoch would not save and a scenario's faults at the
 configs/framework/lightning.yaml sets fault.best_epoch=-1 (every epoch improves; a scenario's own value wins):
 the last epoch saves, after the earlier ones. checkpoint.early_saves has no effect: ModelCheckpoint saves every improvement.
 
-Fixes (callback.name): as_shipped (Lightning unmodified), broadcast (rank 0 reads, the others get its checkpoint
+Fixes (fix.name): as_shipped (Lightning unmodified), broadcast (rank 0 reads, the others get its checkpoint
 through a collective: train/fixes.broadcast_read), agreed (a failed save is recorded instead of raised, and rank 0
 decides for every rank whether to load: train/fixes.agree). checkpoint.guard: a local exists() check before
 validate, as a user's `if os.path.exists(best): trainer.validate(...)` would have it. scenario=many_writers is
@@ -225,7 +225,7 @@ def remove_earlier_checkpoints(folder: str):
 
 def fit_and_load(rank: Rank):
     cfg, events = rank.cfg, rank.events
-    way = BY_FIX[cfg["callback"]["name"]]
+    way = BY_FIX[cfg["fix"]["name"]]
     quiet()
     use_faulty_filesystem()
     pl.seed_everything(cfg["seed"], verbose=False)
@@ -265,10 +265,10 @@ def shipped_classes(cfg: dict):
 
 
 def own_classes(cfg: dict):
-    """callback=own: (the ModelCheckpoint class, the CheckpointIO class) with yours in its place. A CheckpointIO of
+    """fix=own: (the ModelCheckpoint class, the CheckpointIO class) with yours in its place. A CheckpointIO of
     yours (a TorchCheckpointIO subclass, constructible with no arguments) runs under RaceCheckpointIO's
     observation and faults: RaceCheckpointIO's calls to super() reach your methods first."""
-    own = named_class(cfg["callback"]["_target_"])
+    own = named_class(cfg["fix"]["_target_"])
     if issubclass(own, ModelCheckpoint):
         return own, RaceCheckpointIO
     return ModelCheckpoint, type(f"Race{own.__name__}", (RaceCheckpointIO, own), {})
@@ -282,7 +282,7 @@ class Way:
     agreed: bool = False  # a failed save is recorded, not raised; rank 0 decides for every rank whether to load
 
 
-# the dispatch: callback.name -> how the adapter does it (configs/framework/lightning.yaml's not_for says why the
+# the dispatch: fix.name -> how the adapter does it (configs/framework/lightning.yaml's not_for says why the
 # other fixes are n/a)
 BY_FIX = {
     "as_shipped": Way(),

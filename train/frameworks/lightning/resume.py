@@ -30,7 +30,7 @@ Seams, all public (no private method is patched):
                       faults.kill_point("after_save"): the kill comes once the epoch's whole save is done
   ResumeCallback      closes the listing window and records a fresh start (its weights before DDP's broadcast)
 
-Fixes (callback.name): as_shipped (Lightning unmodified), agreed (rank 0 finds the last checkpoint by Lightning's
+Fixes (fix.name): as_shipped (Lightning unmodified), agreed (rank 0 finds the last checkpoint by Lightning's
 rule and every rank resumes from that one: fit(ckpt_path=<rank 0's choice>), train/fixes.rank0_decides). The others
 are n/a (configs/framework/lightning.yaml says why: atomic, manifest and rank0_rotates are there as shipped).
 scenario=cleanup's delete_race needs two ranks deleting one file; Lightning deletes on rank 0 alone, so the fault
@@ -177,7 +177,7 @@ class LightningResume:
     def __init__(self, rank: Rank):
         cfg = rank.cfg
         self.rank, self.cfg, self.events, self.faults = rank, cfg, rank.events, rank.faults
-        self.ckpt_path = BY_FIX[cfg["callback"]["name"]]  # ckpt_path(self): what fit is given, as the fix has it
+        self.ckpt_path = BY_FIX[cfg["fix"]["name"]]  # ckpt_path(self): what fit is given, as the fix has it
         self.folder = checkpoint_dir(cfg)
         self.keep = cfg["checkpoint"]["keep_last"]  # 0: keep all
         self.use_pointer = cfg["checkpoint"]["pointer"]  # last.ckpt as a symlink (save_last="link")
@@ -252,7 +252,7 @@ class LightningResume:
         return max(last, key=modified) if last else None
 
 
-# the dispatch: callback.name -> the ckpt_path that fit(ckpt_path=...) is given (configs/framework/lightning.yaml's
+# the dispatch: fix.name -> the ckpt_path that fit(ckpt_path=...) is given (configs/framework/lightning.yaml's
 # not_for says why the other fixes are n/a)
 BY_FIX = {"as_shipped": LightningResume.last_each_rank_finds, "agreed": LightningResume.last_rank0_finds}
 

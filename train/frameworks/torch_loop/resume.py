@@ -10,7 +10,7 @@ this one saves every epoch and reads at the start; what it shares with them is i
 Each epoch: train (DDP's all-reduce), rank 0 saves epoch<k>.pt (torch.save bytes, through faults.resume_write),
 a barrier (as Lightning's and the Trainer's saves end), then with checkpoint.keep_last the rotation. The newest
 checkpoint is found by listing the folder (epoch numbers), or with checkpoint.pointer through `latest`.
-The fixes (callback.name), each one difference from the naive loop, each from train/fixes.py:
+The fixes (fix.name), each one difference from the naive loop, each from train/fixes.py:
   in_place       the naive loop: write the file in place, trust the newest name (or the pointer, written first)
   atomic         write a temporary name, fsync, rename (fixes.atomic_write); trust the newest name
   dcp            torch.distributed.checkpoint, folders epoch<k>/ (fixes.dcp_save/dcp_load); trust the newest folder
@@ -53,7 +53,7 @@ from train.toolkit.model import weights_digest
 
 @dataclass(frozen=True)
 class Way:
-    """How the loop does one fix: each field one difference from the naive loop (callback=in_place)."""
+    """How the loop does one fix: each field one difference from the naive loop (fix=in_place)."""
     write: object = write_in_place  # how rank 0 writes epoch<k>.pt: write(path, fill)
     dcp: bool = False  # torch.distributed.checkpoint: folders epoch<k>/, every rank writes, .metadata commits
     marker: bool = False  # a marker written last (the pointer after it, atomically); the newest complete one read
@@ -61,7 +61,7 @@ class Way:
     rank0_rotates: bool = False  # the rotation by rank 0 alone, after a barrier
 
 
-# the dispatch: callback.name -> how the loop does it (configs/framework/torch_loop.yaml's not_for says which apply)
+# the dispatch: fix.name -> how the loop does it (configs/framework/torch_loop.yaml's not_for says which apply)
 BY_FIX = {
     "in_place": Way(),
     "atomic": Way(write=atomic_write),
@@ -94,7 +94,7 @@ class ResumeLoop:
     def __init__(self, rank: Rank):
         cfg = rank.cfg
         self.cfg, self.events, self.faults = cfg, rank.events, rank.faults
-        self.rank, self.way = rank, BY_FIX[cfg["callback"]["name"]]
+        self.rank, self.way = rank, BY_FIX[cfg["fix"]["name"]]
         self.folder = Path(checkpoint_dir(cfg))  # epoch<k>.pt (or epoch<k>/ with dcp), and `latest`
         self.keep = cfg["checkpoint"]["keep_last"]  # 0: keep all
         self.use_pointer = cfg["checkpoint"]["pointer"]  # find the newest through `latest`

@@ -26,7 +26,7 @@ this rank's disk. The Trainer writes a checkpoint every epoch; save_start/save_e
 saves that hold a new best (the checkpoint it will load at the end), so "the last save" of
 train/judge/ is the best checkpoint, and save_error for any failed save.
 
-Fixes (cfg["callback"]["name"]):
+Fixes (cfg["fix"]["name"]):
   as_shipped          TrainingArguments as documented, nothing else
   save_on_each_node   TrainingArguments(save_on_each_node=True): each node's local rank 0 writes (#12421)
   broadcast           on_train_end: rank 0 reads its best file, every rank takes those weights (fixes.broadcast_read)
@@ -63,10 +63,10 @@ class Way:
     save_on_each_node: bool = False  # TrainingArguments(save_on_each_node=True): each node's local rank 0 writes
     broadcast: bool = False  # rank 0 reads its best file, every rank takes those weights
     agreed: bool = False  # a failed save is recorded, training goes on; rank 0 decides for every rank whether to load
-    own: bool = False  # a Trainer subclass or a TrainerCallback of yours (callback._target_)
+    own: bool = False  # a Trainer subclass or a TrainerCallback of yours (fix._target_)
 
 
-# the dispatch: callback.name -> how the adapter does it (configs/framework/transformers.yaml's not_for says why the
+# the dispatch: fix.name -> how the adapter does it (configs/framework/transformers.yaml's not_for says why the
 # other fixes are n/a)
 BY_FIX = {
     "as_shipped": Way(),
@@ -220,7 +220,7 @@ def fit_and_load(rank: Rank):
         remove_contents(folder)  # an earlier run's checkpoints; the folder itself may be a node's mount
     set_seed(cfg["seed"])
     x_train, y_train, x_valid, y_valid = digits_split(cfg["data"], cfg["seed"])
-    batch, way = cfg["data"]["batch_size"], BY_FIX[cfg["callback"]["name"]]
+    batch, way = cfg["data"]["batch_size"], BY_FIX[cfg["fix"]["name"]]
     args = TrainingArguments(
         output_dir=folder, eval_strategy="epoch", save_strategy="epoch", load_best_model_at_end=True,
         metric_for_best_model="accuracy", greater_is_better=True, num_train_epochs=cfg["epochs"],
@@ -238,7 +238,7 @@ def fit_and_load(rank: Rank):
         value = float((np.argmax(prediction.predictions, axis=-1) == prediction.label_ids).mean())
         return {"accuracy": rank.faults.shape_metric(value, epoch_of(trainer.state))}
 
-    own = named_class(cfg["callback"]["_target_"]) if way.own else None  # a class of yours (callback=own)
+    own = named_class(cfg["fix"]["_target_"]) if way.own else None  # a class of yours (fix=own)
     trainer_class = RaceTrainer if own is None or not issubclass(own, Trainer) else \
         type(f"Race{own.__name__}", (RaceTrainer, own), {})  # RaceTrainer's calls to super() reach yours first
     trainer = trainer_class(model=Classifier(), args=args, train_dataset=examples(x_train, y_train),

@@ -28,7 +28,7 @@ The seams (all public; torch_loop.py's events with the same fields):
 The cleanup scenario's delete race (faults.listed / before_delete) has no place: the Trainer deletes on process 0
 alone, inside rotate_checkpoints; nothing is patched to add a second deleter.
 
-Fixes (cfg["callback"]["name"]), each from train/fixes.py:
+Fixes (cfg["fix"]["name"]), each from train/fixes.py:
   as_shipped  the Trainer as documented
   atomic      model.safetensors through fixes.atomic_write (temporary name, fsync, rename)
   manifest    on_save writes model.safetensors.complete (fixes.write_marker) after the whole checkpoint; the
@@ -59,7 +59,7 @@ class Way:
     rank0_picks: bool = False  # rank 0 runs get_last_checkpoint, every rank resumes from its answer
 
 
-# the dispatch: callback.name -> how the resume does it (configs/framework/transformers.yaml's not_for says why the
+# the dispatch: fix.name -> how the resume does it (configs/framework/transformers.yaml's not_for says why the
 # other fixes are n/a)
 BY_FIX = {
     "as_shipped": Way(),
@@ -108,7 +108,7 @@ class TrainerResume:
     def __init__(self, rank: Rank):
         cfg = rank.cfg
         self.rank, self.cfg, self.events, self.faults = rank, cfg, rank.events, rank.faults
-        self.way = BY_FIX[cfg["callback"]["name"]]
+        self.way = BY_FIX[cfg["fix"]["name"]]
         self.folder = checkpoint_dir(cfg)  # checkpoint-<step>/ folders, the Trainer's output_dir
         self.keep = cfg["checkpoint"]["keep_last"]  # save_total_limit (0: keep all)
         self.chosen, self.listed = None, []  # the checkpoint this attempt resumes from, and the names listed
