@@ -7,7 +7,7 @@ small CNN, prepares the model and the data loaders, trains, evaluates (gathering
 calls `accelerator.save_state(<dir>/best)` whenever the validation accuracy is a new best; rank 0
 sleeps --skew seconds before the last epoch's save, and every rank then calls `load_state` on the same
 folder at the end, without `accelerator.wait_for_everyone()` (python -m train framework=accelerate
-callback=as_shipped). No Hydra, no events, no summary. It prints each epoch's accuracy and which save
+fix=as_shipped). No Hydra, no events, no summary. It prints each epoch's accuracy and which save
 each rank ended up with.
 """
 import argparse

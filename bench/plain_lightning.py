@@ -3,7 +3,7 @@
   torchrun --standalone --nproc_per_node=2 bench/plain_lightning.py [--skew 3] [--epochs 3]
 
 What a user would write with Lightning alone, doing the work of `python -m train framework=lightning
-callback=as_shipped scenario=seed`: each rank builds the digits (3 vs 7) split and the same small CNN (conv,
+fix=as_shipped scenario=seed`: each rank builds the digits (3 vs 7) split and the same small CNN (conv,
 batch norm, ReLU twice, a conv to 2 channels, pooled), trains with Adam under a one-cycle schedule on 2 CPU ranks
 over gloo (DDPStrategy), ModelCheckpoint(monitor="val_acc", save_top_k=1) keeps the best, and
 trainer.validate(ckpt_path="best") loads it at the end. val_acc improves every epoch by construction (as the

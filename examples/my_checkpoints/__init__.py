@@ -7,6 +7,6 @@
                                           process had, and whether it is on its disk
 
 Run it (from the repository root; any folder works with the package on PYTHONPATH):
-  PYTHONPATH=examples race-lab -m scenario=seed,torn,stale callback=own \\
-      callback._target_=my_checkpoints.fastai_marker.MarkerSaveModelCallback world_size=2
+  PYTHONPATH=examples race-lab -m scenario=seed,torn,stale fix=own \\
+      fix._target_=my_checkpoints.fastai_marker.MarkerSaveModelCallback world_size=2
 """

@@ -1,7 +1,7 @@
 """A CheckpointIO of your own, for Lightning: the shipped save and load (TorchCheckpointIO), and a load that
 waits for the file when it is not there yet (up to WAIT_S), as a user might add for a slow shared disk.
 
-Put it in with `framework=lightning callback=own callback._target_=my_checkpoints.lightning_io.PatientCheckpointIO`:
+Put it in with `framework=lightning fix=own fix._target_=my_checkpoints.lightning_io.PatientCheckpointIO`:
 race-lab runs it as Lightning's checkpoint plugin, under its own observation and faults (its calls reach these
 methods first). It must subclass TorchCheckpointIO and take no constructor arguments.
 What it shows: Lightning's barrier after the save already holds a late rank 0 (seed, stale), so the wait never

@@ -2,7 +2,7 @@
 the best checkpoint), each process says which best checkpoint it had and whether that folder is on its disk,
 the check a user adds after being bitten by node-local disks.
 
-Put it in with `framework=transformers callback=own callback._target_=my_checkpoints.trainer_callback.SayBest`:
+Put it in with `framework=transformers fix=own fix._target_=my_checkpoints.trainer_callback.SayBest`:
 race-lab adds it to the Trainer's callbacks beside its own observers. A Trainer subclass of yours works too
 (race-lab's calls to super() reach its methods first).
 """
