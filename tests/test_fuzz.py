@@ -268,6 +268,7 @@ def outcome_of_reading(path: Path):
 
 @given(CHECKPOINT_BYTES)
 @example(("garbage", b""))  # EOFError with no message: no sentence (found 2026-12-01)
+@example(("garbage", b"c"))  # a GLOBAL opcode cut short: weights_only's refusal was called unsafe (found 2026-12-01)
 @example(("garbage", b"X\x00\x00\x00\x00\x80"))  # IndexError from torch's unpickler: was the harness's error
 def test_every_checkpoint_file_reads_to_an_outcome_with_a_sentence_and_runs_no_code(tmp_path_factory, case):
     kind, data = case

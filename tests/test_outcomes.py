@@ -523,6 +523,12 @@ def test_a_corrupt_read_is_told_by_its_error_type_or_message():
     assert classify_load_error("UnpicklingError", "Weights only load failed: Trying to load unsupported GLOBAL "
                                                   "posix.system whose module posix is blocked.") == "unsafe"
     assert classify_load_error("UnpicklingError", "Weights only load failed: Unsupported operand 0") == "corrupt"
+    # torch 2.14 words it "WeightsUnpickler error: Unsupported global: GLOBAL <name> was not an allowed global": a
+    # name is code; a GLOBAL that names nothing is bytes cut short (the fuzzer's one-byte file b"c")
+    assert classify_load_error("UnpicklingError", "Weights only load failed: Unsupported global: GLOBAL os.system "
+                                                  "was not an allowed global by default.") == "unsafe"
+    assert classify_load_error("UnpicklingError", "Weights only load failed: Unsupported global: GLOBAL . was not "
+                                                  "an allowed global by default.") == "corrupt"
     assert classify_load_error("IndexError", "index out of range", in_reader=True) == "corrupt"
     assert classify_load_error("IndexError", "index out of range") == "error"  # raised elsewhere: not the file's
     assert classify_load_error("FileNotFoundError", "truncated") == "missing"

@@ -56,6 +56,7 @@ _CORRUPT_TEXT = ("PytorchStreamReader", "zip archive", "central directory", "une
                  "metadata read failed",  # dcp's .metadata
                  "Error while deserializing header")  # safetensors, at any cut of a file
 _UNSAFE_TEXT = "Weights only load failed"
+_GLOBAL_OF_NOTHING = re.compile(r"GLOBAL (?![A-Za-z_][\w.]*\.[A-Za-z_])")  # a GLOBAL opcode cut short: no module.name
 # A missing file that the framework only warned about (transformers' Trainer): the adapter's load_error says so.
 ONLY_WARNED = "only warned"
 
@@ -119,7 +120,7 @@ def classify_load_error(error_type: str, message: str, in_reader: bool = False) 
     if error_type == "IsADirectoryError":  # a folder where the file should be: nothing readable
         return "corrupt"
     if _UNSAFE_TEXT in message:  # weights_only refused it: a global (code), or bytes that are no pickle at all
-        return "corrupt" if "Unsupported operand" in message else "unsafe"
+        return "corrupt" if "Unsupported operand" in message or _GLOBAL_OF_NOTHING.search(message) else "unsafe"
     if in_reader or is_corrupt_read(error_type, message):
         return "corrupt"
     return "error"

@@ -16,8 +16,9 @@ def error_fields(e: BaseException) -> dict:
     lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
     message = lines[0][:300] if lines else ""
     if message.startswith("Weights only load failed"):  # torch's reason comes lines later: a global, or garbage
-        reason = next((line for line in lines[1:] if not line.startswith(("Please file", "Check the documentation"))),
-                      "")
+        _, marked, after = str(e).partition("WeightsUnpickler error:")  # torch 2.14: after lines of advice
+        reason = next((line for line in (after.splitlines() if marked else lines[1:])
+                       if line.strip() and not line.startswith(("Please file", "Check the documentation"))), "").strip()
         message = f"Weights only load failed: {reason}"[:300]
     error_type = getattr(e, "error_type", type(e).__name__)
     timed_out = "timed out" in str(e).lower() or "timeout" in error_type.lower()
