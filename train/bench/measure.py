@@ -26,7 +26,7 @@ def default_jobs() -> int:
 def matrix_run(sweep_dir: Path, jobs: int, scenarios: str, fixes: str) -> dict:
     """The matrix subset as `make matrix JOBS=jobs REPEATS=1` runs it: its wall and each job's verdict."""
     side_by_side = ["hydra/launcher=jobs", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else []
-    load, began = os.getloadavg()[0], time.time()
+    load = os.getloadavg()[0]
     run = sweep(sweep_dir, f"scenario={scenarios}", f"fix={fixes}", "framework=fastai", "world_size=2",
                 "repeat=range(1)", *side_by_side)
     verdicts = {}
@@ -78,7 +78,7 @@ def node_phases(job: Path) -> dict:
 
 def nodes_run(sweep_dir: Path, repeats: int, skew: float) -> dict:
     """One sweep, one job after another, alternating the one-node and the two-node cell at the same skew."""
-    load, began = os.getloadavg()[0], time.time()
+    load = os.getloadavg()[0]
     run = sweep(sweep_dir, f"repeat=range({repeats + 1})", "scenario=seed,no_shared_fs", "framework=fastai",
                 "fix=broadcast", "world_size=2", f"skew.seconds={skew}")
     one, two, phases = [], [], []
