@@ -26,7 +26,7 @@ def default_jobs() -> int:
 def matrix_run(sweep_dir: Path, jobs: int, scenarios: str, fixes: str) -> dict:
     """The matrix subset as `make matrix JOBS=jobs REPEATS=1` runs it: its wall and each job's verdict."""
     side_by_side = ["hydra/launcher=jobs", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else []
-    load = os.getloadavg()[0]
+    load, began = os.getloadavg()[0], time.time()
     run = sweep(sweep_dir, f"scenario={scenarios}", f"fix={fixes}", "framework=fastai", "world_size=2",
                 "repeat=range(1)", *side_by_side)
     verdicts = {}
