@@ -261,7 +261,7 @@ def test_a_combination_that_makes_no_sense_is_refused_with_its_reason(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "error: scenario=torn fix=dcp: n/a: torch.distributed.checkpoint writes its own files; the stall is "
-        "placed in the torch.save path"]
+        "placed in the torch.save path; this runs: race-lab scenario=torn framework=fastai fix=barrier"]
     assert not run_dir.exists()
 
 

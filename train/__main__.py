@@ -36,7 +36,9 @@ def cli():
     It never returns: it exits through exit_without_teardown."""
     user_wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let composition errors reach us instead of Hydra's printout
-    sys.argv[1:] = with_keys_renamed(sys.argv[1:])  # Hydra reads sys.argv
+    from train.launch.defaults import with_defaults_filled
+
+    sys.argv[1:] = with_defaults_filled(with_keys_renamed(sys.argv[1:]))  # Hydra reads sys.argv
     from train.launch.forkserver import start_forkserver
 
     start_forkserver(sys.argv[1:])  # its preload overlaps the launcher's own start-up (torch, Hydra)

@@ -124,6 +124,8 @@ class FrameworkConfig:
                                      "these (set by each framework)")
 
 
+    as_shipped_fix: str = key("barrier", "the fix a run gets when framework= is given and fix= is not: the "
+                                         "framework's code as shipped (set by each framework)")
 @dataclass
 class DigitsData:
     name: str = key("digits", "scikit-learn's bundled 8x8 digits (offline), a stand-in for MNIST_SAMPLE")

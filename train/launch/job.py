@@ -17,6 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from train.config import ConfigError, check
 from train.launch import nodes, sweep
+from train.launch.defaults import a_command_that_runs
 from train.launch.experiment import run_experiment
 from train.launch.plan import not_applicable, this_machine
 from train.launch.preflight import (
@@ -73,7 +74,8 @@ def run_job(dict_cfg) -> str:
         which = f"scenario={scenario} fix={fix}" + (f" framework={framework}" if framework != "fastai" else "")
         why = f"{which}: n/a: {reason}"
         if not in_sweep:
-            return refuse(why)
+            runs = a_command_that_runs(scenario, framework)
+            return refuse(why + (f"; this runs: {runs}" if runs else ""))
         write_json_atomic(run_dir / "summary.json", {"status": "n/a", "verdict": "n/a", "explanation": why,
                                                       "config": {**cfg, "scenario": scenario}, "ranks": []})
         print(why, flush=True)
