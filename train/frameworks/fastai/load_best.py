@@ -1,7 +1,8 @@
 """fastai: SaveModelCallback(every='improvement') keeps the best model on rank 0 and every rank loads
 it when fit ends (the seed). The fixes are SaveModelCallback subclasses in train/frameworks/fastai/callbacks.py, named
 by fix._target_ (a class of your own works too: a SaveModelCallback subclass taking the same
-arguments, see examples/)."""
+arguments, see examples/). fix=rank0_leads is rank0_leads.py, the callback users copy (fastai's public API only),
+observed by observed.py."""
 import fastai.callback.progress  # noqa: F401  (adds Learner.no_bar)
 import fastai.callback.schedule  # noqa: F401  (adds Learner.fit_one_cycle)
 from fastai.learner import Learner
@@ -11,6 +12,7 @@ from fastai.metrics import accuracy
 from fastai.torch_core import set_seed
 
 import train.frameworks.fastai.callbacks  # noqa: F401  (the fixes, imported once in the forkserver's preload)
+import train.frameworks.fastai.observed  # noqa: F401  (fix=rank0_leads: rank0_leads.py, the file users copy)
 from train.frameworks.fastai.data import CHANNELS, make_dls
 from train.frameworks.fastai.gloo import distrib_ctx
 from train.frameworks import CLASS_NAMED

@@ -19,6 +19,8 @@ The fixes (fix.name), each one difference from the naive loop, each from train/f
                  pointer after it; resume from the newest complete checkpoint (fixes.is_complete)
   agreed         rank 0 picks the checkpoint, every rank takes it (fixes.rank0_decides)
   rank0_rotates  the rotation by rank 0 alone, after a barrier (fixes.rotate_on_rank0)
+  rank0_leads    all of it in the helper users copy (rank0_leads.py; observed.py observes it): rank 0 writes whole
+                 files and a marker last, picks and reads the newest complete one and broadcasts it, rotates alone
 The model is wrapped in DDP before the resume and the checkpoint is read into its module, as Accelerate's
 load_state after prepare: read before wrapping, DDP's constructor would copy rank 0's weights to every rank and
 hide a rank that read another file (not its step, which the loop keeps on its own).
@@ -44,6 +46,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from train.fixes import (SyncFailed, atomic_write, dcp_load, dcp_save, is_complete, rank0_decides, remove_checkpoint,
                          rotate_on_rank0, watched, write_marker)
+from train.frameworks.torch_loop.observed import ObservedRank0Checkpoints
 from train.toolkit.rank import Rank, checkpoint_dir, say
 from train.toolkit.resume import start_attempt, write_in_place
 from train.toolkit.model import digits_split, small_cnn
@@ -59,6 +62,7 @@ class Way:
     marker: bool = False  # a marker written last (the pointer after it, atomically); the newest complete one read
     rank0_picks: bool = False  # rank 0 picks the checkpoint, every rank takes it
     rank0_rotates: bool = False  # the rotation by rank 0 alone, after a barrier
+    leads: bool = False  # the helper users copy saves, rotates and resumes (rank0_leads.py, observed)
 
 
 # the dispatch: fix.name -> how the loop does it (configs/framework/torch_loop.yaml's not_for says which apply)
@@ -69,6 +73,7 @@ BY_FIX = {
     "manifest": Way(marker=True),
     "agreed": Way(rank0_picks=True),
     "rank0_rotates": Way(rank0_rotates=True),
+    "rank0_leads": Way(leads=True),
 }
 POINTER = "latest"  # DeepSpeed's name for it
 
@@ -100,6 +105,8 @@ class ResumeLoop:
         self.use_pointer = cfg["checkpoint"]["pointer"]  # find the newest through `latest`
         self.timeout_s = cfg["timeout"]["collective_s"]  # a wait that is not a collective
         self.me = dist.get_rank()
+        self.leads = ObservedRank0Checkpoints(self.folder, self.keep, self.use_pointer, self.events,
+                                              self.faults) if self.way.leads else None
 
     def run(self):
         cfg, data = self.cfg, self.cfg["data"]
@@ -196,6 +203,8 @@ class ResumeLoop:
     def resume(self) -> int:
         """Read the checkpoint chosen into the model; the epoch to start from. A failed read is recorded and
         raised: the rank dies, and torch elastic restarts the group (a crash loop if it is read again)."""
+        if self.leads:
+            return self.resume_led()
         path, listed = self.choose()
         if path is None:
             self.events.record("resume", epoch=-1, step=0, path=None, digest=self.digest(), listing=listed)
@@ -219,12 +228,27 @@ class ResumeLoop:
         say(f"Resumed from {path.name} (epoch {epoch}, step {step}).")
         return epoch + 1
 
+    def resume_led(self) -> int:
+        """fix=rank0_leads: the state rank 0 picked and read (its newest complete checkpoint), on every rank."""
+        state, path = self.leads.resume(), self.leads.resumed_from
+        if state is None:
+            self.events.record("resume", epoch=-1, step=0, path=None, digest=self.digest(), listing=self.leads.listed)
+            return 0
+        self.model.module.load_state_dict(state["model"])
+        epoch, step = state["epoch"], state["step"]
+        self.events.record("resume", epoch=epoch, step=step, path=path, digest=self.digest(), listing=self.leads.listed)
+        say(f"Resumed from rank 0's {Path(path).name} (epoch {epoch}, step {step}).")
+        return epoch + 1
+
     # --- the save ---
     def save(self, epoch: int):
         """Rank 0 writes epoch<k> (with dcp every rank writes its part), then a barrier."""
         path, step = self.path_of(epoch), (epoch + 1) * self.steps_per_epoch
         self.sync_buffers()
         weights = self.model.module.state_dict()
+        if self.leads:  # rank 0 writes (the marker last), a barrier, rank 0 rotates: the helper's own save
+            self.leads.save(epoch, {"model": weights, "epoch": epoch, "step": step})
+            return
         if self.way.dcp:
             self.save_dcp(path, epoch, step, weights)
         elif self.me == 0:
@@ -263,7 +287,7 @@ class ResumeLoop:
     def rotate(self):
         """checkpoint.keep_last: delete all but the newest. The naive loop: every rank deletes them
         (transformers#20988); rank0_rotates: rank 0 alone, after a barrier."""
-        if not self.keep:
+        if not self.keep or self.leads:  # the helper rotates in its save
             return
         old = self.checkpoints()[:-self.keep]
         if self.way.rank0_rotates:
