@@ -10,7 +10,7 @@ EDITABLE := $(VENV)/.editable-$(shell sha256sum pyproject.toml | cut -c1-12)
 NOW    := $(shell date +%Y-%m-%d_%H-%M-%S)
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock run sweep matrix stability report bench test test-fast fuzz mutants clean distclean
+.PHONY: help install lock run sweep matrix measured check stability report bench test test-fast fuzz mutants clean distclean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F":.*## " "{printf \"  make %-16s %s\\n\", \$$1, \$$2}"
@@ -64,6 +64,17 @@ matrix: install ## scenario x fix (x framework), 5 repeats a cell, one Hydra mul
 		fix=$(call given,FIXES,$(call given,VARIANTS,$(call options,fix,own))) framework=$(call given,FRAMEWORKS,fastai) \
 		world_size=$(call given,WORLD,2) \
 		'repeat=range($(call given,REPEATS,5))' hydra.sweep.dir=$(call given,DIR,runs/matrix/$(NOW)) $(jobs) $(ARGS)
+
+# What race-lab check reads to say which fixes hold a race: one framework's matrix, kept in docs/measured/ as its
+# sweep wrote it (train/report/measured.py sums every file of a framework).
+FRAMEWORK ?= fastai
+measured: install ## measure a framework's matrix for race-lab check: make measured FRAMEWORK=lightning [FIXES= REPEATS=5]
+	$(MAKE) matrix FRAMEWORKS=$(FRAMEWORK) DIR=runs/measured/$(NOW)-$(FRAMEWORK)
+	cp runs/measured/$(NOW)-$(FRAMEWORK)/matrix.csv \
+		docs/measured/$(FRAMEWORK)-$(if $(FIXES),$(subst $(comma),+,$(FIXES)),all-fixes)-r$(call given,REPEATS,5)-$(NOW).csv
+
+check: install ## is a framework's checkpoint code safe? make check ARGS="framework=lightning [fix=...]" (race-lab check)
+	$(PY) -m train check $(ARGS)
 
 N ?= 50
 stability: install ## the seed scenario N times with unsynced and with barrier: verdict counts, weight digests (N=50)

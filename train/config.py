@@ -96,6 +96,17 @@ class LaunchConfig:
 
 
 @dataclass
+class CheckConfig:
+    repeats: int = key(5, "race-lab check: runs of each scenario", min=1)
+    disks: str = key("any", "race-lab check: your setup's checkpoint folder; shared: one filesystem every node reads "
+                            "(no_shared_fs is left out); node_local: each node's own disk; any: either",
+                     choices=["any", "shared", "node_local"])
+    restarts: bool = key(True, "race-lab check: whether your jobs restart after a crash and resume (false leaves "
+                               "out the resume scenarios)")
+    jobs: int = key(0, "race-lab check: runs side by side; 0: one per core", min=0)
+
+
+@dataclass
 class RdzvConfig:
     endpoint: str = key("localhost:0", "torchrun's --rdzv-endpoint: HOST:PORT of the c10d rendezvous; port 0 takes a "
                                        "free one")
@@ -178,6 +189,8 @@ class TrainConfig:
 
 
 def register():
+    check: CheckConfig = group(CheckConfig, "race-lab check: your setup, which narrows the scenarios, and how often "
+                                            "each runs")
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     for name, cls in DATA.items():

@@ -32,7 +32,8 @@ def _one_name(value) -> bool:
     return bool(value) and re.fullmatch(r"[A-Za-z0-9_]+", value) is not None
 
 
-def _read(group: str, name: str) -> dict:
+def read_option(group: str, name: str) -> dict:
+    """configs/<group>/<name>.yaml as plain data; {} when it is not there or not YAML."""
     path = CONFIGS / group / f"{name}.yaml"
     try:
         return OmegaConf.to_container(OmegaConf.load(path)) or {}
@@ -47,17 +48,18 @@ def with_defaults_filled(argv: list) -> list:
     added = []
     framework = chosen.get("framework")
     scenario = chosen.get("scenario")
-    if framework is None and _one_name(scenario) and _read("scenario", scenario).get("workload") == "resume":
+    if framework is None and _one_name(scenario) and read_option("scenario", scenario).get("workload") == "resume":
         framework = RESUMING_FRAMEWORK
         added.append(f"framework={framework}")
     if "fix" not in chosen and _one_name(framework):
-        fix = (_read("framework", framework).get("framework") or {}).get("as_shipped_fix")
+        fix = (read_option("framework", framework).get("framework") or {}).get("as_shipped_fix")
         if fix:
             added.append(f"fix={fix}")
     return list(argv) + added
 
 
-def _names(group: str) -> list:
+def options(group: str) -> list:
+    """The options of a config group (configs/<group>/*.yaml), by name."""
     return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
 
 
@@ -67,14 +69,14 @@ def a_command_that_runs(scenario: str, framework: str) -> str:
     them (the framework's values, then the scenario's)."""
     from train.launch.plan import not_applicable
 
-    scenario_cfg = _read("scenario", scenario)
+    scenario_cfg = read_option("scenario", scenario)
     resumes = scenario_cfg.get("workload") == "resume"
-    frameworks = list(dict.fromkeys([framework, *([RESUMING_FRAMEWORK] if resumes else []), *_names("framework")]))
+    frameworks = list(dict.fromkeys([framework, *([RESUMING_FRAMEWORK] if resumes else []), *options("framework")]))
     for name in frameworks:
-        framework_cfg = _read("framework", name)
+        framework_cfg = read_option("framework", name)
         shipped = (framework_cfg.get("framework") or {}).get("as_shipped_fix")
-        for fix in [shipped] + [f for f in _names("fix") if f not in (shipped, "own")]:
-            fix_cfg = _read("fix", fix)
+        for fix in [shipped] + [f for f in options("fix") if f not in (shipped, "own")]:
+            fix_cfg = read_option("fix", fix)
             cfg = {"fix": {"name": fix, "workloads": fix_cfg.get("workloads", ["load_best"])},
                    "framework": {"name": name},
                    "workload": scenario_cfg.get("workload") or framework_cfg.get("workload") or "load_best",

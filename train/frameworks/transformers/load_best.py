@@ -32,6 +32,8 @@ Fixes (cfg["fix"]["name"]):
   broadcast           on_train_end: rank 0 reads its best file, every rank takes those weights (fixes.broadcast_read)
   agreed              a failed save is recorded and training goes on; before the load rank 0 decides for every
                       rank whether to load (fixes.agree); not loading = best_model_checkpoint None on every rank
+  rank0_leads         Rank0LeadsTrainer (rank0_leads.py, the file users copy; seams.py observes it): rank 0 decides
+                      and reads, every rank takes its decision and weights; a failed save goes on and is never read
 
 Measured, and why: small_cnn's BatchNorm running statistics differ between the DDP ranks after every epoch (each
 rank updates them on its own batches; the Trainer evaluates the unwrapped model, so DDP never evens them out
@@ -54,7 +56,7 @@ from train.toolkit.model import digits_split
 from train.toolkit.errors import error_fields
 from train.toolkit.resume import write_in_place
 from train.frameworks.transformers.model import Classifier, WEIGHTS, digest, epoch_of, examples, remove_contents
-from train.frameworks.transformers.seams import WriteSeamTrainer
+from train.frameworks.transformers.seams import ObservedRank0Leads, WriteSeamTrainer
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Way:
     broadcast: bool = False  # rank 0 reads its best file, every rank takes those weights
     agreed: bool = False  # a failed save is recorded, training goes on; rank 0 decides for every rank whether to load
     own: bool = False  # a Trainer subclass or a TrainerCallback of yours (fix._target_)
+    leads: bool = False  # Rank0LeadsTrainer (rank0_leads.py): rank 0 decides, reads and sends, in its log()
 
 
 # the dispatch: fix.name -> how the adapter does it (configs/framework/transformers.yaml's not_for says why the
@@ -74,6 +77,7 @@ BY_FIX = {
     "broadcast": Way(broadcast=True),
     "agreed": Way(agreed=True),
     "own": Way(own=True),
+    "rank0_leads": Way(leads=True),
 }
 
 
@@ -150,8 +154,8 @@ class Observe(TrainerCallback):
             return
         self.rank.faults.before_load()
         self.trainer.phase = "load"
-        if self.way.broadcast:
-            return  # the Trainer's own read on each rank is replaced by rank 0's, in on_train_end
+        if self.way.broadcast or self.way.leads:
+            return  # the Trainer's own read on each rank is replaced by rank 0's (on_train_end; Rank0LeadsTrainer.log)
         if state.best_model_checkpoint is None:
             self.events.record("skip", reason="the Trainer had no best_model_checkpoint on this rank (the best "
                                "checkpoint's folder was not on its disk), so it loaded nothing")
@@ -177,6 +181,8 @@ class Observe(TrainerCallback):
         self.trainer.phase = "done"
         if self.way.broadcast:
             self.broadcast(state)
+        elif self.way.leads:
+            self.record_leads()
         elif self.attempt:
             self.record_trainer_read()
 
@@ -192,6 +198,19 @@ class Observe(TrainerCallback):
         read = safetensors.torch.load_file(self.attempt)
         self.events.record("load_done", path=self.attempt, digest=digest(read))
         say("Loaded model.")
+
+    def record_leads(self):
+        """What Rank0LeadsTrainer's load did on this rank (rank 0's read is recorded where it reads)."""
+        result = self.trainer.best_load
+        if result["loaded"]:
+            if not self.trainer.is_world_process_zero():
+                self.events.record("load_attempt", source="broadcast from rank 0")
+            self.events.record("load_done", path=result["path"], digest=digest(self.trainer.model.state_dict()))
+            say("Loaded model.")
+        else:
+            self.events.record("skip", reason=f"{result['why']}: every rank agreed not to load, and holds rank 0's "
+                               "weights")
+            say(f"Not loading: {result['why']}.")
 
     def broadcast(self, state):
         """The fix: rank 0 reads its best checkpoint, every rank ends on those weights."""
@@ -238,13 +257,16 @@ def fit_and_load(rank: Rank):
         value = float((np.argmax(prediction.predictions, axis=-1) == prediction.label_ids).mean())
         return {"accuracy": rank.faults.shape_metric(value, epoch_of(trainer.state))}
 
-    own = named_class(cfg["fix"]["_target_"]) if way.own else None  # a class of yours (fix=own)
+    own = named_class(cfg["fix"]["_target_"]) if way.own else \
+        ObservedRank0Leads if way.leads else None  # a class of yours (fix=own), or fix=rank0_leads's
     trainer_class = RaceTrainer if own is None or not issubclass(own, Trainer) else \
         type(f"Race{own.__name__}", (RaceTrainer, own), {})  # RaceTrainer's calls to super() reach yours first
     trainer = trainer_class(model=Classifier(), args=args, train_dataset=examples(x_train, y_train),
-                            eval_dataset=examples(x_valid, y_valid), compute_metrics=accuracy, rank=rank, way=way)
+                            eval_dataset=examples(x_valid, y_valid), compute_metrics=accuracy, rank=rank, way=way,
+                            **(cfg["fix"]["kwargs"] if trainer_class is not RaceTrainer else {}))  # fix=own's
+    trainer.leads_events = rank.events  # ObservedRank0Leads's (fix=rank0_leads)
     if own is not None and issubclass(own, TrainerCallback):
-        trainer.add_callback(own())
+        trainer.add_callback(own(**cfg["fix"]["kwargs"]))
     warnings = WarningSeen()
     trainer_logger = hf_logging.get_logger("transformers.trainer")
     trainer_logger.addHandler(warnings)
@@ -253,6 +275,8 @@ def fit_and_load(rank: Rank):
                        node_local=cfg["checkpoint"]["node_local"])
     try:
         trainer.train()
+    except SyncFailed:
+        pass  # recorded (sync_error); the rank ends on what it holds
     except Exception as e:
         if not observed_failure(trainer, e):
             raise

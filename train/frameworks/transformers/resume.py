@@ -34,6 +34,9 @@ Fixes (cfg["fix"]["name"]), each from train/fixes.py:
   manifest    on_save writes model.safetensors.complete (fixes.write_marker) after the whole checkpoint; the
               resume takes the newest folder whose marker matches (fixes.is_complete)
   agreed      rank 0 runs get_last_checkpoint, every rank resumes from its answer (fixes.rank0_decides)
+  rank0_leads Rank0LeadsTrainer (rank0_leads.py, the file users copy; seams.py observes it): a marker written last
+              after a barrier, rank 0's rotation after it (save_total_limit taken over), and rank 0's pick of the
+              newest complete checkpoint, sent to every rank (resume_point)
 """
 import os
 from dataclasses import dataclass
@@ -48,7 +51,7 @@ from train.toolkit.model import digits_split
 from train.toolkit.errors import error_fields
 from train.toolkit.resume import start_attempt, write_in_place
 from train.frameworks.transformers.model import WEIGHTS, Classifier, digest, epoch_of, examples, remove_contents
-from train.frameworks.transformers.seams import WriteSeamTrainer
+from train.frameworks.transformers.seams import ObservedRank0Leads, WriteSeamTrainer
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class Way:
     write: object = write_in_place  # how the writer puts model.safetensors: write(path, fill)
     marker: bool = False  # model.safetensors.complete written last; the resume from the newest complete folder
     rank0_picks: bool = False  # rank 0 runs get_last_checkpoint, every rank resumes from its answer
+    leads: bool = False  # Rank0LeadsTrainer: its marker, its rotation, rank 0's pick of the newest complete one
 
 
 # the dispatch: fix.name -> how the resume does it (configs/framework/transformers.yaml's not_for says why the
@@ -66,6 +70,7 @@ BY_FIX = {
     "atomic": Way(write=atomic_write),
     "manifest": Way(marker=True),
     "agreed": Way(rank0_picks=True),
+    "rank0_leads": Way(leads=True),
 }
 
 
@@ -132,7 +137,10 @@ class TrainerResume:
             # save_only_model stays False: optimizer, scheduler and RNG states are saved and resumed, as shipped
         )
         self.model = ResumedClassifier()
-        self.trainer = ResumeTrainer(model=self.model, args=args, train_dataset=examples(x_train, y_train), run=self)
+        trainer_class = type("ResumeRank0LeadsTrainer", (ResumeTrainer, ObservedRank0Leads), {}) \
+            if self.way.leads else ResumeTrainer  # ResumeTrainer's calls to super() reach the fix's first
+        self.trainer = trainer_class(model=self.model, args=args, train_dataset=examples(x_train, y_train), run=self)
+        self.trainer.leads_events = self.events  # ObservedRank0Leads's (fix=rank0_leads)
         self.trainer.add_callback(Observe(self))
         try:
             self.chosen = self.choose()
@@ -179,6 +187,9 @@ class TrainerResume:
         return found
 
     def choose(self):
+        if self.way.leads:  # this rank's listing, for the record; rank 0's pick is the one every rank takes
+            self.listed = self.faults.listing(self.checkpoints())
+            return self.trainer.resume_point()
         if self.way.rank0_picks:
             return rank0_decides(self.events, self.newest)
         return self.newest()

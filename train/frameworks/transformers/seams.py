@@ -1,6 +1,12 @@
-"""The Trainer's write seam (both workloads): where the bytes of model.safetensors reach the file."""
+"""The Trainer's write seam (both workloads): where the bytes of model.safetensors reach the file; and fix=rank0_leads's
+Trainer as both workloads observe it."""
+import os
+
 import safetensors.torch
 from transformers import Trainer
+
+from train.fixes import SyncFailed, watched
+from train.frameworks.transformers.rank0_leads import Rank0LeadsTrainer
 
 
 class WriteSeamTrainer(Trainer):
@@ -37,3 +43,26 @@ class WriteSeamTrainer(Trainer):
     def write_file(self, tensors: dict, filename: str, data: bytes):
         """Put `data` (the safetensors bytes of `tensors`) at `filename`, on the writer."""
         raise NotImplementedError
+
+
+class ObservedRank0Leads(Rank0LeadsTrainer):
+    """fix=rank0_leads as the adapter runs it: the file users copy (rank0_leads.py), with its collectives watched
+    (fixes.watched: sync events, and a hang seen at once) and rank 0's read recorded (load_attempt). The adapter
+    sets `leads_events` (the rank's events) after construction."""
+    leads_events = None
+
+    def broadcast_from_rank0(self, value):
+        box = []
+        if not watched(self.leads_events, "broadcast", lambda: box.append(super(ObservedRank0Leads, self)
+                                                                        .broadcast_from_rank0(value))):
+            raise SyncFailed
+        return box[0]
+
+    def wait_for_all(self):
+        if not watched(self.leads_events, "barrier", super().wait_for_all):
+            raise SyncFailed
+
+    def read_weights(self, path) -> dict:
+        self.leads_events.record("load_attempt", path=str(path),
+                                 bytes=os.path.getsize(path) if os.path.exists(path) else None)
+        return super().read_weights(path)

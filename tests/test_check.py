@@ -1,0 +1,126 @@
+"""race-lab check (issue 29): the card from hand-made summaries, the measured matrix it reads, which scenarios it
+runs for a setup, its refusals, and one check end to end with real ranks."""
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, tagged_env
+from train.config import ConfigError
+from train.launch.check import plan_check
+from train.report.check_card import card, last_line, result
+from train.report.measured import holds_with, read_measured, recommended
+
+FIELDS = ["framework", "scenario", "fix", "counted", "races", "not_counted"]
+
+
+def write_measured(folder, rows):
+    with open(folder / "m.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(dict(zip(FIELDS, row)) for row in rows)
+    return read_measured("lightning", folder)
+
+
+def test_the_measured_matrix_says_which_fixes_hold_and_which_one_holds_all(tmp_path):
+    measured = write_measured(tmp_path, [
+        ("lightning", "seed", "as_shipped", 5, 0, 0), ("lightning", "seed", "rank0_leads", 5, 0, 0),
+        ("lightning", "seed", "broadcast", 5, 0, 0),
+        ("lightning", "save_fails", "broadcast", 5, 5, 0), ("lightning", "save_fails", "rank0_leads", 5, 0, 0),
+        ("lightning", "save_fails", "agreed", 4, 0, 1),  # a run whose harness failed: not shown to hold
+        ("fastai", "save_fails", "barrier", 5, 0, 0),  # another framework's
+        ("lightning", "torn", "dcp", "", "", "")])  # an n/a cell: no runs
+    assert holds_with(measured, "seed") == ["rank0_leads", "as_shipped", "broadcast"]
+    assert holds_with(measured, "save_fails") == ["rank0_leads"]
+    assert holds_with(measured, "torn") == []
+    assert recommended(measured, ["seed", "save_fails"]) == "rank0_leads"
+    assert recommended(measured, ["seed", "torn"]) is None
+
+
+def summary(verdict, explanation=""):
+    return {"verdict": verdict, "explanation": explanation}
+
+
+PLAN = {"framework": "lightning", "fix": "as_shipped", "class": None, "repeats": 2, "world_size": 2,
+        "setup": {"disks": "any", "restarts": True}, "left_out": [{"name": "many_writers", "why": "cannot happen"}],
+        "scenarios": [{"name": "seed", "workload": "load_best", "cannot": None},
+                      {"name": "save_fails", "workload": "load_best", "cannot": None},
+                      {"name": "torn", "workload": "load_best", "cannot": "no torn file here"}]}
+MEASURED = {"seed": {"as_shipped": (5, 0, 0), "rank0_leads": (5, 0, 0)},
+            "save_fails": {"rank0_leads": (5, 0, 0)}, "torn": {"rank0_leads": (5, 0, 0)}}
+
+
+def test_a_race_in_any_scenario_or_an_na_cell_makes_the_check_unsafe_and_names_the_fix_that_holds_all():
+    checked = result(PLAN, {"seed": [summary("clean")] * 2,
+                            "save_fails": [summary("race", "rank 0's save failed"), summary("save_failed")]},
+                     MEASURED)
+    rows = {r["name"]: r for r in checked["scenarios"]}
+    assert (rows["seed"]["verdict"], rows["seed"]["counted"], rows["seed"]["races"]) == ("held", 2, 0)
+    assert (rows["save_fails"]["verdict"], rows["save_fails"]["races"]) == ("raced", 1)
+    assert rows["save_fails"]["explanation"] == "rank 0's save failed"  # the raced runs' explanation
+    assert rows["save_fails"]["holds_with"] == ["rank0_leads"]
+    assert 0 < rows["save_fails"]["ci_low"] < 0.5 < rows["save_fails"]["ci_high"] <= 1
+    assert rows["torn"]["verdict"] == "raced" and "n/a for this fix" in rows["torn"]["explanation"]
+    assert checked["verdict"] == "unsafe" and checked["recommended"] == "rank0_leads"
+    assert last_line(checked) == ("unsafe: raced in 2 of 3 (save_fails, torn); the change that holds all 3: "
+                                  "fix=rank0_leads (docs/fixes/lightning.md)")
+    assert "left out: many_writers (cannot happen)" in card(checked)
+
+
+def test_a_check_that_held_every_scenario_is_safe_and_a_failed_harness_is_no_race():
+    plan = {**PLAN, "scenarios": PLAN["scenarios"][:2]}
+    safe = result(plan, {"seed": [summary("clean")] * 2, "save_fails": [summary("save_failed")] * 2}, MEASURED)
+    assert safe["verdict"] == "safe" and last_line(safe) == "safe: held all 2 scenarios"
+    failed = result(plan, {"seed": [summary("clean")] * 2, "save_fails": [summary("error")] * 2}, MEASURED)
+    assert failed["verdict"] == "error" and failed["errors"] == ["save_fails"]
+    assert "not a race" in last_line(failed)
+
+
+def test_the_setup_leaves_out_the_scenarios_it_cannot_meet_and_an_na_cell_counts_against_the_fix():
+    plan = plan_check(["framework=fastai", "fix=dcp", "check.disks=shared"])
+    ran = {s["name"]: s["cannot"] for s in plan["scenarios"]}
+    left = {s["name"]: s["why"] for s in plan["left_out"]}
+    assert "no_shared_fs" in left and "check.disks=shared" in left["no_shared_fs"]
+    assert "crash_mid_save" in left and "cannot happen in fastai" in left["crash_mid_save"]
+    assert ran["torn"] and ran["seed"] is None  # dcp's n/a cell on torn counts against it, seed runs
+    plan = plan_check(["framework=lightning", "fix=as_shipped", "check.restarts=false"])
+    assert "check.restarts=false" in {s["name"]: s["why"] for s in plan["left_out"]}["crash_mid_save"]
+    assert {s["name"] for s in plan["scenarios"]} >= {"seed", "save_fails", "no_shared_fs"}
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["framework=lightning", "fix=unsynced"], "this runs: race-lab check framework=lightning fix=as_shipped"),
+    (["framework=fastai", "fix=own"], "fix=own: give the class to test"),
+])
+def test_input_that_cannot_work_is_refused_before_any_rank(argv, says):
+    with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        plan_check(argv)
+
+
+def test_the_command_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "train", "check", "framework=lightning", "check.repeats=0"],
+                          check=False, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["error: check.repeats=0: must be an integer >= 1"]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_fastai_as_shipped_is_unsafe_and_the_card_names_the_fix(tmp_path):
+    """The check end to end with real ranks (one run a scenario): fastai as shipped races; check.json says so."""
+    out = tmp_path / "check"
+    done = subprocess.run([sys.executable, "-m", "train", "check", "framework=fastai", "check.repeats=1",
+                           f"hydra.sweep.dir={out}"], check=False, cwd=ROOT, capture_output=True, text=True,
+                          timeout=900, env=tagged_env(str(out)))
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    checked = json.loads((out / "check.json").read_text())
+    assert set(checked) >= {"verdict", "framework", "class", "scenarios", "recommended"}
+    rows = {r["name"]: r for r in checked["scenarios"]}
+    assert rows["seed"]["verdict"] == "held" and rows["save_fails"]["verdict"] == "raced"
+    assert set(rows["save_fails"]) >= {"name", "workload", "verdict", "counted", "races", "ci_low", "ci_high",
+                                       "explanation", "holds_with"}
+    assert done.stdout.strip().splitlines()[-2].startswith("unsafe: raced in ")
+    assert (out / "check.md").exists() and (out / "check.html").exists()
+    assert "Traceback" not in done.stdout + done.stderr

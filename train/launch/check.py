@@ -1,0 +1,196 @@
+"""`race-lab check framework=<name> [fix=...] [key=value ...]`: is this checkpoint code safe on my setup, and if not,
+what do I change?
+
+1. Compose the config of every scenario with the user's keys (Hydra's compose API), as a run would; bad input is
+   one line and exit 2 before any rank starts.
+2. Sort the scenarios: those that cannot happen in this framework or in the declared setup (check.disks,
+   check.restarts) are left out, and said why; those where the fix has no way to hold (an n/a cell) count against
+   it; the rest run.
+3. Run those as one Hydra multirun, check.repeats times each, jobs side by side (train/launch/sweep.py prints a
+   line a job; every other line goes to check.log).
+4. Judge: train/report/check_card.py makes the card, check.json and check.md from the runs' summaries and the
+   measured matrix (docs/measured/); check.html is the sweep's matrix.html.
+Exit codes: 0 safe, 1 unsafe, 2 bad input, 3 the harness failed (never a race), 130 interrupted.
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from train.config import ConfigError
+from train.launch.defaults import CONFIGS, options, read_option, with_defaults_filled
+from train.launch.plan import check_config, not_applicable
+from train.launch.preflight import EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED
+from train.report.check_card import card, markdown, result
+from train.report.files import write_json_atomic
+from train.report.matrix import SCENARIO_ORDER
+from train.report.measured import read_measured
+from train.report.run_records import find_runs, read_summary
+
+EXIT_SAFE, EXIT_UNSAFE = 0, 1
+CHECK_WORLD_SIZE = "world_size=2"  # 2 ranks, as the matrix: a third proves nothing more about these races
+USAGE = "usage: race-lab check framework=<name> [fix=<fix> | fix=own fix._target_=pkg.mod.Class] [key=value ...]"
+
+
+def _given(argv: list, key: str):
+    return next((a.split("=", 1)[1] for a in argv if a.split("=", 1)[0].lstrip("+") == key), None)
+
+
+def compose_scenario(argv: list, scenario: str) -> dict:
+    """The config a run of `scenario` with the user's keys composes to, as plain data (checkpoint.dir, which names
+    Hydra's run dir, stands in as a folder of the check's). Call inside initialize_config_dir (plan_check)."""
+    from hydra import compose
+    from omegaconf import OmegaConf
+
+    keys = [a for a in argv if not a.split("=", 1)[0].lstrip("+").startswith(("hydra", "scenario"))]
+    composed = compose("train", overrides=[*keys, f"scenario={scenario}"])
+    if "${hydra:" in str(OmegaConf.to_container(composed, resolve=False)["checkpoint"]["dir"]):
+        OmegaConf.update(composed, "checkpoint.dir", str(Path.cwd() / "runs" / "check"))
+    return OmegaConf.to_container(composed, resolve=True)
+
+
+def plan_check(argv: list) -> dict:
+    """Which scenarios run, which count against the fix without running, and which are left out (and why).
+    Raises ConfigError (one line) for input that cannot work."""
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3", job_name="check"):
+        return _plan(argv)
+
+
+def _plan(argv: list) -> dict:
+    from train.launch.own_class import check_own_class
+
+    framework = _given(argv, "framework")
+    scenarios = sorted(options("scenario"), key=lambda s: SCENARIO_ORDER.index(s) if s in SCENARIO_ORDER else 99)
+    first = compose_scenario(argv, scenarios[0])
+    check_config(first)
+    fix, setup = first["fix"]["name"], first["check"]
+    framework_not_for = (read_option("framework", framework).get("not_for") or {})
+    if framework_not_for.get(fix):
+        shipped = first["framework"]["as_shipped_fix"]
+        raise ConfigError(f"fix={fix}: n/a for framework={framework}: {framework_not_for[fix]}; "
+                          f"this runs: race-lab check framework={framework} fix={shipped}")
+    if fix == "own":
+        check_own_class(first)
+    plan = {"framework": framework, "fix": fix, "class": first["fix"].get("_target_") if fix == "own" else None,
+            "repeats": setup["repeats"], "world_size": 2, "scenarios": [], "left_out": [],
+            "setup": {"disks": setup["disks"], "restarts": setup["restarts"]}}
+    for name in scenarios:
+        cfg = compose_scenario(argv, name)
+        workload, why_not_here = cfg["workload"], (read_option("scenario", name).get("not_for") or {}).get(framework)
+        if why_not_here:
+            plan["left_out"].append({"name": name, "why": f"cannot happen in {framework}: {why_not_here}"})
+        elif setup["disks"] == "shared" and cfg["checkpoint"]["node_local"]:
+            plan["left_out"].append({"name": name, "why": "your checkpoints are on one shared filesystem "
+                                                          "(check.disks=shared)"})
+        elif not setup["restarts"] and workload == "resume":
+            plan["left_out"].append({"name": name, "why": "your jobs do not restart (check.restarts=false)"})
+        else:
+            plan["scenarios"].append({"name": name, "workload": workload, "cannot": not_applicable(cfg)})
+    if not plan["scenarios"]:
+        raise ConfigError(f"framework={framework} fix={fix}: no scenario applies to this setup")
+    return plan
+
+
+def sweep_command(argv: list, plan: dict, out: Path) -> list:
+    """The one Hydra multirun of every scenario that runs, check.repeats times each, jobs side by side."""
+    ran = [s["name"] for s in plan["scenarios"] if not s["cannot"]]
+    jobs = _jobs(argv)
+    keys = [a for a in argv if not a.split("=", 1)[0].lstrip("+").startswith(("hydra.sweep.dir", "scenario", "check."))]
+    return [sys.executable, "-m", "train", "-m", *([CHECK_WORLD_SIZE] if _given(argv, "world_size") is None else []),
+            *keys, f"scenario={','.join(ran)}", f"repeat=range({plan['repeats']})", f"hydra.sweep.dir={out}",
+            *(["hydra/launcher=jobs", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else [])]
+
+
+def _jobs(argv) -> int:
+    given = int(_given(argv, "check.jobs") or 0)
+    return given or (os.cpu_count() or 1)
+
+
+def _scenario_of(run: Path):
+    """A run's scenario, from its summary or, for a run that wrote none, from its Hydra overrides."""
+    summary = read_summary(run)
+    if summary:
+        return summary["config"].get("scenario")
+    overrides = (run / ".hydra" / "overrides.yaml")
+    found = re.search(r"scenario=(\w+)", overrides.read_text()) if overrides.exists() else None
+    return found[1] if found else None
+
+
+def summaries_by_scenario(out: Path) -> dict:
+    """scenario -> the summaries of its runs; a run that wrote none counts as crashed (not a race)."""
+    found = {}
+    for run in find_runs(out):
+        summary = read_summary(run) or {"verdict": "crashed", "explanation": f"no summary.json in {run}"}
+        found.setdefault(_scenario_of(run), []).append(summary)
+    return found
+
+
+def run_sweep(command: list, log: Path) -> int:
+    """The sweep, its output into `log`; its one line a job (and error lines) on the console. Ctrl-C reaches
+    its process group; it ends its jobs and we exit 130."""
+    from train.process import end_with_parent
+
+    with open(log, "w", encoding="utf-8") as written:
+        sweep = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 preexec_fn=end_with_parent)  # noqa: PLW1509 (no thread runs yet)
+        previous = signal.signal(signal.SIGINT, lambda *_: sweep.send_signal(signal.SIGINT))
+        try:
+            for line in sweep.stdout:
+                written.write(line)
+                if line.startswith(("[sweep] job", "error:")):
+                    print(line.rstrip(), flush=True)
+            return sweep.wait()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+def main(argv: list) -> int:
+    """race-lab check; returns its exit code."""
+    from train.launch.hydra_errors import config_error_line
+
+    if any(a in ("-h", "--help") for a in argv):
+        print(USAGE)
+        return 0
+    argv = with_defaults_filled(argv if _given(argv, "framework") else [*argv, "framework=fastai"])
+    try:
+        plan = plan_check(argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    except Exception as e:
+        line = config_error_line(e)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    out = Path(_given(argv, "hydra.sweep.dir") or Path("runs") / "check" /
+               f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{plan['framework']}-{plan['fix']}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    ran = [s["name"] for s in plan["scenarios"] if not s["cannot"]]
+    print(f"race-lab check: {len(ran)} scenario(s) x {plan['repeats']} run(s) into {out}", flush=True)
+    code = run_sweep(sweep_command(argv, plan, out), out / "check.log") if ran else 0
+    if code == EXIT_INTERRUPTED or code < 0:
+        print(f"interrupted: the runs so far are in {out}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    checked = result(plan, summaries_by_scenario(out), read_measured(plan["framework"]))
+    write_json_atomic(out / "check.json", checked)
+    (out / "check.md").write_text(markdown(checked), encoding="utf-8")
+    if (out / "matrix.html").exists():
+        shutil.copyfile(out / "matrix.html", out / "check.html")
+    print(card(checked), flush=True)
+    print(f"card: {out / 'check.md'}; runs to click through: {out / 'check.html'}", flush=True)
+    return {"safe": EXIT_SAFE, "unsafe": EXIT_UNSAFE}.get(checked["verdict"], EXIT_HARNESS)
+
+
+def cli(argv: list):
+    sys.exit(main(argv))
+
+
+if __name__ == "__main__":
+    cli(sys.argv[1:])

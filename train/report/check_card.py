@@ -1,0 +1,123 @@
+"""race-lab check's card: one row per scenario (held or raced, with the count and its interval, what happened, and
+for a race the fixes that hold it), then one line: safe or unsafe, and the change that holds every row.
+Pure functions over the runs' summaries, the check's plan (train/launch/check.py) and the measured matrix
+(train/report/measured.py); check.json, check.md and the console's card are all made from `result`.
+"""
+from collections import Counter
+
+from train.report import rates
+from train.report.measured import holds_with, recommended
+
+HELD = ("clean", "save_failed")  # save_failed: every rank on the same weights, and each says the save failed
+NOT_COUNTED = rates.NOT_COUNTED
+FIX_DOCS = "docs/fixes/{framework}.md"
+
+
+def _most_common(texts) -> str:
+    found = Counter(t for t in texts if t)
+    return found.most_common(1)[0][0] if found else ""
+
+
+def scenario_row(name: str, workload: str, summaries: list, measured: dict) -> dict:
+    """One scenario that ran: how many of its runs counted, how many raced, the 95% Wilson interval of the race
+    rate, and the explanation most of its runs had (the raced ones', when any raced)."""
+    counted = [s for s in summaries if s["verdict"] not in NOT_COUNTED]
+    raced = [s for s in counted if s["verdict"] not in HELD]
+    not_counted = len(summaries) - len(counted)
+    low, high = rates.interval(len(raced), len(counted)) if counted else (0.0, 1.0)
+    verdict = "raced" if raced else "held" if counted and not not_counted else "error"
+    shown = raced or counted or summaries
+    return {"name": name, "workload": workload, "verdict": verdict, "counted": len(counted), "races": len(raced),
+            "not_counted": not_counted, "ci_low": round(low, 3), "ci_high": round(high, 3),
+            "explanation": _most_common(s.get("explanation", "") for s in shown),
+            "holds_with": holds_with(measured, name)}
+
+
+def cannot_row(name: str, workload: str, reason: str, measured: dict) -> dict:
+    """A scenario that can happen in the user's setup, where the fix has no way to hold it (its cell is n/a):
+    it counts against the fix."""
+    return {"name": name, "workload": workload, "verdict": "raced", "counted": 0, "races": 0, "not_counted": 0,
+            "ci_low": 0.0, "ci_high": 1.0, "explanation": f"not held: n/a for this fix ({reason})",
+            "holds_with": holds_with(measured, name)}
+
+
+def result(plan: dict, summaries_by_scenario: dict, measured: dict) -> dict:
+    """check.json: the verdict, the framework and class, one entry per scenario, what was left out and why, and
+    the fix that holds every scenario."""
+    rows = []
+    for s in plan["scenarios"]:
+        if s.get("cannot"):
+            rows.append(cannot_row(s["name"], s["workload"], s["cannot"], measured))
+        else:
+            rows.append(scenario_row(s["name"], s["workload"], summaries_by_scenario.get(s["name"], []), measured))
+    errors = [r["name"] for r in rows if r["verdict"] == "error"]
+    raced = [r["name"] for r in rows if r["verdict"] == "raced"]
+    verdict = "error" if errors else "unsafe" if raced else "safe"
+    names = [r["name"] for r in rows]
+    best = plan["fix"] if verdict == "safe" else recommended(measured, names)
+    return {"verdict": verdict, "framework": plan["framework"], "fix": plan["fix"], "class": plan.get("class"),
+            "repeats": plan["repeats"], "world_size": plan["world_size"], "setup": plan["setup"],
+            "scenarios": rows, "left_out": plan["left_out"], "recommended": best,
+            "fix_docs": FIX_DOCS.format(framework=plan["framework"]) if best else None, "errors": errors}
+
+
+def row_result(row: dict) -> str:
+    if row["verdict"] == "error":
+        return f"no verdict ({row['not_counted']} run(s) failed)"
+    if not row["counted"]:
+        return "n/a: counts as raced"
+    return f"{row['verdict']}: race {rates.share(row['races'], row['counted'])}"
+
+
+def _what(result_: dict) -> str:
+    cls = result_.get("class")
+    return f"framework={result_['framework']} fix={result_['fix']}" + (f" ({cls})" if cls else "")
+
+
+def last_line(result_: dict) -> str:
+    """safe: held all N scenarios | unsafe: raced in K of N (...); the change that holds all N: <fix> (docs)."""
+    rows = result_["scenarios"]
+    n = len(rows)
+    if result_["verdict"] == "safe":
+        return f"safe: held all {n} scenarios"
+    if result_["verdict"] == "error":
+        return (f"error: no verdict for {', '.join(result_['errors'])}: the harness failed there (their runs' "
+                "logs say why); not a race")
+    raced = [r["name"] for r in rows if r["verdict"] == "raced"]
+    line = f"unsafe: raced in {len(raced)} of {n} ({', '.join(raced)})"
+    if result_["recommended"]:
+        return line + f"; the change that holds all {n}: fix={result_['recommended']} ({result_['fix_docs']})"
+    return line + f"; no fix measured for {result_['framework']} holds all {n}"
+
+
+def card(result_: dict) -> str:
+    """The console's card: a header, one line per scenario, a line per race with the fixes that hold it, what
+    was left out, and the last line."""
+    header = (f"race-lab check: {_what(result_)}, {result_['repeats']} run(s) of each scenario, "
+              f"{result_['world_size']} ranks")
+    lines = [header]
+    width = max((len(r["name"]) for r in result_["scenarios"]), default=8)
+    for r in result_["scenarios"]:
+        lines.append(f"  {r['name']:<{width}}  {r['workload']:<9}  {row_result(r):<30}  {r['explanation']}")
+        if r["verdict"] == "raced":
+            held_by = ", ".join(r["holds_with"]) or "none measured"
+            lines.append(f"  {'':<{width}}  {'':<9}  holds with: {held_by}")
+    for left in result_["left_out"]:
+        lines.append(f"  left out: {left['name']} ({left['why']})")
+    lines.append(last_line(result_))
+    return "\n".join(lines)
+
+
+def markdown(result_: dict) -> str:
+    """check.md: the card as a table."""
+    out = [f"# race-lab check: {_what(result_)}", "",
+           f"{result_['repeats']} run(s) of each scenario, {result_['world_size']} ranks; setup: "
+           + ", ".join(f"{k}={v}" for k, v in result_["setup"].items()), "",
+           "| scenario | workload | result | what happened | holds with |", "| --- | --- | --- | --- | --- |"]
+    for r in result_["scenarios"]:
+        out.append(f"| {r['name']} | {r['workload']} | {row_result(r)} | {r['explanation'].replace('|', '/')} | "
+                   f"{', '.join(r['holds_with'])} |")
+    if result_["left_out"]:
+        out += ["", "Left out (cannot happen in this setup or framework):", ""]
+        out += [f"- {left['name']}: {left['why']}" for left in result_["left_out"]]
+    return "\n".join(out + ["", f"**{last_line(result_)}**", ""])
