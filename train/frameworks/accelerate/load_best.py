@@ -23,6 +23,9 @@ Fixes (cfg["fix"]["name"]): Accelerate's own, and the product fixes of train/fix
   save_on_each_node  ProjectConfiguration(save_on_each_node=True) and wait_for_everyone (each node's local main
                      process writes a copy)
   agreed, broadcast, poll, atomic  as for fastai (train/fixes.py)
+  rank0_leads        Rank0Leads (rank0_leads.py, the file users copy; seams.py observes it): its save (a marker
+                     written last, a failed save kept and training goes on) and its load_best (rank 0 decides and
+                     reads, every rank takes its decision and weights; no guard: rank 0's decision replaces it)
 Every improvement is saved (checkpoint.early_saves has no effect here). With real accuracy the digits reach their
 best in the first epoch, so the last epoch saves nothing and no fault placed in the last save fires:
 fault.best_epoch=-1 (every epoch improves) puts a save in the last epoch: configs/framework/accelerate.yaml sets
@@ -45,7 +48,7 @@ from train.toolkit.rank import Rank, checkpoint_dir, last_epoch, local_rank, say
 from train.toolkit.model import digits_split, small_cnn, weights_digest
 from train.toolkit.errors import error_fields
 from train.toolkit.resume import write_in_place
-from train.frameworks.accelerate.seams import write_model_file
+from train.frameworks.accelerate.seams import ObservedRank0Leads, write_model_file
 
 
 def fit_and_load(rank: Rank):
@@ -69,6 +72,7 @@ class AccelerateRun:
         self.save_ok = None  # the last save's result on this rank: None (none yet), True, False
         self.written = None  # the digest of the state dict the last save_state wrote
         self.last = False  # in the last epoch
+        self.leads = None  # fix=rank0_leads: the Rank0Leads helper (made once the model is prepared)
 
     def fit_and_load(self):
         cfg, data = self.cfg, self.cfg["data"]
@@ -88,6 +92,8 @@ class AccelerateRun:
         self.model, train_dl, valid_dl = accelerator.prepare(
             model, DataLoader(TensorDataset(x_train, y_train), batch_size=data["batch_size"], shuffle=True),
             DataLoader(TensorDataset(x_valid, y_valid), batch_size=data["batch_size"]))
+        if self.way.leads:
+            self.leads = ObservedRank0Leads(accelerator, self.model, self.events)
         self.events.record("fit_start", train_batches=len(train_dl), node_local=self.node_local)
 
         best = None
@@ -135,7 +141,10 @@ class AccelerateRun:
         if self.is_writer():
             self.events.record("save_start", epoch=epoch, path=str(self.model_file))
         try:
-            self.accelerator.save_state(str(self.folder))
+            if self.leads is None:
+                self.accelerator.save_state(str(self.folder))
+            elif not self.leads.save(str(self.folder)):  # it kept the error: said here as the others are
+                raise list(self.leads.errors.values())[-1]
         except OSError as e:
             self.save_ok = False
             self.events.record("save_error", epoch=epoch, **error_fields(e))
@@ -158,7 +167,9 @@ class AccelerateRun:
     def load_at_end(self):
         self.events.record("train_end")
         say("Attempting to load model.")  # before any sync
-        if self.guard_allows("sync") and self.sync() and self.guard_allows("load"):
+        if self.leads is not None:
+            self.load_led()
+        elif self.guard_allows("sync") and self.sync() and self.guard_allows("load"):
             try:
                 self.accelerator.load_state(str(self.folder))
             except SyncFailed:
@@ -170,6 +181,23 @@ class AccelerateRun:
                 self.events.record("load_done", path=str(self.model_file), digest=self.digest())
                 say("Loaded model.")
         self.events.record("final", digest=self.digest())
+
+    def load_led(self):
+        """fix=rank0_leads: Rank0Leads.load_best on every rank; rank 0's read is recorded where it reads."""
+        self.faults.before_load()
+        try:
+            result = self.leads.load_best(str(self.folder))
+        except SyncFailed:
+            return
+        if not result["loaded"]:
+            self.events.record("skip", reason=f"{result['why']}: every rank agreed not to load, and holds rank 0's "
+                               "weights")
+            say(f"Not loading: {result['why']}.")
+            return
+        if not self.accelerator.is_main_process:
+            self.events.record("load_attempt", source="broadcast from rank 0")
+        self.events.record("load_done", path=result["path"], digest=self.digest())
+        say("Loaded model.")
 
     def digest(self) -> str:
         # unwrapped from DDP: save_state's weights and its file have the model's own keys (no "module.")
@@ -228,6 +256,7 @@ class Way:
     write: object = write_in_place  # how the writer puts model.safetensors: write(path, fill)
     save_on_each_node: bool = False  # ProjectConfiguration(save_on_each_node=True): each node's main process writes
     broadcast: bool = False  # rank 0 reads, the others get its weights through a collective
+    leads: bool = False  # Rank0Leads (rank0_leads.py): its save, and its load_best in place of the sync and load
 
 
 # the dispatch: fix.name -> how the loop does it (configs/framework/accelerate.yaml's not_for says which apply)
@@ -239,4 +268,5 @@ BY_FIX = {
     "broadcast": Way(broadcast=True),
     "poll": Way(sync=AccelerateRun.sync_file),
     "atomic": Way(sync=AccelerateRun.sync_file, write=atomic_write),
+    "rank0_leads": Way(leads=True),
 }

@@ -32,6 +32,9 @@ Fixes (cfg["fix"]["name"]), each from train/fixes.py:
               (fixes.write_marker, with the epoch); the resume reads the newest folder fixes.is_complete accepts,
               with load_state(<it>), and the next save goes past every existing folder
   agreed      rank 0 picks the folder as load_state() would (fixes.rank0_decides); every rank load_state(<it>)
+  rank0_leads Rank0Leads (rank0_leads.py, the file users copy; seams.py observes it): its save (a marker written
+              last after a wait_for_everyone; total_limit taken over: rank 0 deletes after the marker) and its resume
+              (rank 0 picks the newest complete folder and removes the incomplete ones after it; every rank loads it)
 (rank0_rotates is as shipped: save_state's deletion runs on the main process only; dcp is Accelerate's FSDP path.)
 Events: those of train/frameworks/torch_loop/, `path` a checkpoint_<i> folder.
 """
@@ -52,7 +55,7 @@ from train.toolkit.model import digits_split, small_cnn
 from train.toolkit.errors import error_fields
 from train.toolkit.model import weights_digest
 from train.toolkit.resume import start_attempt, write_in_place
-from train.frameworks.accelerate.seams import write_model_file
+from train.frameworks.accelerate.seams import ObservedRank0Leads, write_model_file
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class Way:
     write: object = write_in_place  # how the main process puts model.safetensors: write(path, fill)
     marker: bool = False  # a marker written last; the newest complete folder read, the next save past every folder
     rank0_picks: bool = False  # rank 0 picks the folder as load_state() would, every rank loads that one
+    leads: bool = False  # Rank0Leads: its save and its resume
 
 
 # the dispatch: fix.name -> how the loop does it (configs/framework/accelerate.yaml's not_for says which apply)
@@ -69,6 +73,7 @@ BY_FIX = {
     "atomic": Way(write=atomic_write),
     "manifest": Way(marker=True),
     "agreed": Way(rank0_picks=True),
+    "rank0_leads": Way(leads=True),
 }
 
 
@@ -106,6 +111,7 @@ class AccelerateResume:
         self.model, optimizer, train_dl = accelerator.prepare(
             model, optimizer, DataLoader(TensorDataset(x_train, y_train), batch_size=data["batch_size"], shuffle=True))
         self.steps_per_epoch = len(train_dl)
+        self.leads = ObservedRank0Leads(accelerator, self.model, self.events) if self.way.leads else None
 
         start = self.resume()
         self.events.record("fit_start", train_batches=self.steps_per_epoch, node_local=cfg["checkpoint"]["node_local"],
@@ -147,6 +153,8 @@ class AccelerateResume:
         raised: the rank dies, and torch elastic restarts the group (a crash loop if it is read again)."""
         listed = self.checkpoints()
         names = [p.name for p in listed]
+        if self.leads is not None:
+            return self.resume_led(names)
         chosen = self.choose(listed)
         if self.way.marker and listed:  # the next save goes past every folder there: the newest may be an
             self.accelerator.project_configuration.iteration = number_of(listed[-1]) + 1  # incomplete one
@@ -169,6 +177,25 @@ class AccelerateResume:
         if not self.way.marker:  # the next save's checkpoint_<i>: the user's line (load_state does not set it)
             self.accelerator.project_configuration.iteration = epoch + 1
         say(f"Resumed from {loaded.name} (epoch {epoch}, step {step}).")
+        return epoch + 1
+
+    def resume_led(self, names: list) -> int:
+        """fix=rank0_leads: Rank0Leads.resume on every rank (rank 0's pick, loaded); the epoch to start from."""
+        try:
+            chosen = self.leads.resume()
+        except SyncFailed:
+            raise
+        except Exception as e:
+            self.events.record("load_error", path=self.loading, **error_fields(e))
+            say(f"Resume from {Path(self.loading or '?').name} failed: {type(e).__name__}: {e}")
+            raise
+        if chosen is None:
+            self.events.record("resume", epoch=-1, step=0, path=None, digest=self.digest(), listing=names)
+            return 0
+        epoch = number_of(chosen)  # the examples' way: the folder's number (it saves checkpoint_<epoch>)
+        step = (epoch + 1) * self.steps_per_epoch
+        self.events.record("resume", epoch=epoch, step=step, path=str(chosen), digest=self.digest(), listing=names)
+        say(f"Resumed from {Path(chosen).name} (epoch {epoch}, step {step}).")
         return epoch + 1
 
     def choose(self, listed: list):
@@ -201,13 +228,17 @@ class AccelerateResume:
         self.before = set(self.checkpoints())  # what the rotation may delete (before_save says what it did)
         if main:
             self.events.record("save_start", epoch=epoch, step=step, path=str(path))
-        self.accelerator.save_state()
+        saved = True  # False: this process's save failed (Rank0Leads keeps the error and goes on)
+        if self.leads is not None:
+            saved = self.leads.save()
+        else:
+            self.accelerator.save_state()
         if self.way.marker:
             self.accelerator.wait_for_everyone()  # every rank's files are written: then the commit point
             if main:
                 model_file = path / SAFE_WEIGHTS_NAME
                 write_marker(model_file, model_file.read_bytes(), digest=self.written, step=step, epoch=epoch)
-        if main:
+        if main and saved:
             size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
             self.events.record("save_end", epoch=epoch, step=step, path=str(path), digest=self.written, bytes=size)
             self.faults.kill_point("after_save", epoch, path)
