@@ -69,7 +69,9 @@ matrix: install ## scenario x fix (x framework), 5 repeats a cell, one Hydra mul
 # sweep wrote it (train/report/measured.py sums every file of a framework).
 FRAMEWORK ?= fastai
 measured: install ## measure a framework's matrix for race-lab check: make measured FRAMEWORK=lightning [FIXES= REPEATS=5]
-	$(MAKE) matrix FRAMEWORKS=$(FRAMEWORK) DIR=runs/measured/$(NOW)-$(FRAMEWORK)
+	$(PY) -m train -m scenario=$(call given,SCENARIOS,$(call options,scenario)) \
+		fix=$(call given,FIXES,$(call options,fix,own)) framework=$(FRAMEWORK) world_size=2 \
+		'repeat=range($(call given,REPEATS,5))' hydra.sweep.dir=runs/measured/$(NOW)-$(FRAMEWORK) $(jobs) $(ARGS)
 	cp runs/measured/$(NOW)-$(FRAMEWORK)/matrix.csv \
 		docs/measured/$(FRAMEWORK)-$(if $(FIXES),$(subst $(comma),+,$(FIXES)),all-fixes)-r$(call given,REPEATS,5)-$(NOW).csv
 

@@ -190,11 +190,16 @@ def kind(tokens):
     if tokens[0] == "make":
         return "make", tokens[1:]
     if tokens[0].endswith("race-lab"):
-        return "train", tokens[1:]
+        return "train", without_check(tokens[1:])
     at = tokens.index("-m") if "-m" in tokens else None
     assert at is not None and at + 1 < len(tokens), f"python without -m MODULE: {tokens}"
     module = tokens[at + 1]
-    return ("train", tokens[at + 2:]) if module == "train" else ("module", [module])
+    return ("train", without_check(tokens[at + 2:])) if module == "train" else ("module", [module])
+
+
+def without_check(args):
+    """`race-lab check key=value ...` takes the overrides a run takes."""
+    return args[1:] if args[:1] == ["check"] else args
 
 
 ALL_COMMANDS = list(commands())
