@@ -11,7 +11,7 @@ from tests.conftest import ROOT, tagged_env
 from train.config import ConfigError
 from train.launch.check import plan_check
 from train.report.check_card import card, last_line, result
-from train.report.measured import holds_with, read_measured, recommended
+from train.report.measured import advice, holds_with, holds_with_run, read_measured, recommended
 
 FIELDS = ["framework", "scenario", "fix", "counted", "races", "not_counted"]
 

@@ -16,6 +16,8 @@ from train.report import node_records
 from train.report.console import format_table
 from train.report.environment import environment
 from train.report.files import write_json_atomic
+from train.report.measured import advice, holds_with_run
+from train.report.run_records import fix_name
 
 
 def header(cfg: dict, plan, run_dir: Path, nodes_here: bool, one_node_of_many: bool) -> str:
@@ -27,7 +29,7 @@ def header(cfg: dict, plan, run_dir: Path, nodes_here: bool, one_node_of_many: b
     else:
         where = ""
     return (f"run dir: {run_dir}\ndevice: {plan.device}+{plan.backend} ({plan.reason})\n"
-            f"scenario={cfg['scenario']} fix={cfg['fix']['name']} framework={cfg['framework']['name']} "
+            f"scenario={cfg['scenario']} fix={fix_name(cfg)} framework={cfg['framework']['name']} "
             f"world_size={cfg['world_size']} "
             f"epochs={cfg['epochs']}\nfault: {describe_faults(cfg)}{where}")
 
@@ -84,7 +86,8 @@ def _run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: 
     verdict = judge(events, cfg["world_size"]).as_dict()
     summary = {**verdict, "status": status, "config": cfg, "plan": asdict(plan), "node_disk": node_records.disk_form(events),
                "environment": environment(), "run_dir": str(run_dir)}
+    summary["holds_with"] = holds_with_run(summary)
     write_json_atomic(run_dir / "summary.json", summary)
-    print("\n" + format_table(verdict) + f"\n\n{verdict['explanation']}\nsummary: {run_dir / 'summary.json'}",
-          flush=True)
+    print("\n" + format_table(verdict) + f"\n\n{verdict['explanation']}{advice(summary)}\n"
+          f"summary: {run_dir / 'summary.json'}", flush=True)
     return summary

@@ -49,3 +49,20 @@ def recommended(measured: dict, scenarios: list):
         return None
     common = set.intersection(*(set(holds_with(measured, s)) for s in scenarios))
     return _fix_order(common)[0] if common else None
+
+
+def holds_with_run(summary: dict, folder: Path = MEASURED) -> list:
+    """For a run that raced: the fixes measured to hold its scenario in its framework (summary.json's
+    `holds_with`); [] for any other verdict."""
+    cfg = summary.get("config") or {}
+    if summary.get("verdict") != "race" or not cfg.get("scenario"):
+        return []
+    return holds_with(read_measured((cfg.get("framework") or {}).get("name", "fastai"), folder), cfg["scenario"])
+
+
+def advice(summary: dict) -> str:
+    """The console's line under a race: what to change, as measured."""
+    held = summary.get("holds_with") or []
+    framework = (summary.get("config") or {}).get("framework", {}).get("name", "fastai")
+    return (f"\nwhat holds it in {framework}, as measured (docs/measured/): "
+            + ", ".join(f"fix={fix}" for fix in held)) if held else ""

@@ -11,6 +11,7 @@ from train.judge.verdict import judge
 from train.judge.vocabulary import worst_status
 from train.report.console import format_table
 from train.report.files import write_json_atomic
+from train.report.measured import advice, holds_with_run
 
 NODE_SUMMARY = "node_summary.json"
 
@@ -94,6 +95,7 @@ def merge(node_dirs: list, out: Path, plan=None) -> dict:
                "plan": plan or nodes[0].get("plan"), "environment": nodes[0].get("environment"),
                "nodes": [{"node_rank": n["node_rank"], "status": n["status"], "run_dir": n["run_dir"]}
                          for n in nodes], "run_dir": str(out)}
+    summary["holds_with"] = holds_with_run(summary)
     write_json_atomic(out / "summary.json", summary)
     return summary
 
@@ -107,8 +109,8 @@ def disk_form(events) -> str:
 def print_merged(summary: dict, out: Path):
     nodes = "".join(f"\nnode {n['node_rank']} of {len(summary['nodes'])}: {n['status']}; records in {n['run_dir']}"
                     for n in sorted(summary.get("nodes", []), key=lambda n: n["node_rank"]))
-    print(nodes + "\n\n" + format_table(summary) + f"\n\n{summary['explanation']}\nsummary: {out / 'summary.json'}",
-          flush=True)
+    print(nodes + "\n\n" + format_table(summary) + f"\n\n{summary['explanation']}{advice(summary)}\n"
+          f"summary: {out / 'summary.json'}", flush=True)
 
 
 MERGED_INTO = "RACE_LAB_MERGED_INTO"  # set in the node agents of launch.all_nodes_here: the run dir they merge into
