@@ -215,9 +215,102 @@ def test_a_failed_save_that_every_rank_agreed_on_is_save_failed():
     verdict = judge(events, 2)
     assert verdict.verdict == "save_failed"
     assert verdict.explanation == ("save_failed: rank 0's save failed (OSError: [Errno 28] No space left on "
-                                   "device); every rank agreed not to load and all hold the same weights")
+                                   "device); every rank says so and none loaded, so all hold the same weights")
     diverged = [e if e["event"] != "final" or e["rank"] != 1 else {**e, "digest": "other"} for e in events]
     assert judge(diverged, 2).verdict == "race"
+    # rank 1 skipped because it saw no file: the same weights, but it never knew the save failed
+    unaware = [e if e["event"] != "skip" or e["rank"] != 1 else {**e, "reason": "no checkpoint file when it looked"}
+               for e in events]
+    verdict = judge(unaware, 2)
+    assert verdict.verdict == "race"
+    assert verdict.explanation.endswith("rank 1 never said the save failed")
+
+
+def test_a_run_in_which_a_save_failed_is_never_clean_even_when_every_rank_loaded():
+    """Rank 0's last save failed and left the earlier file whole (an atomic write); both ranks read that file
+    after the failure. Both hold the same weights, yet rank 1 never learned that the save failed."""
+    events = launch("ok", *saver(("w-epoch0",), end=5.0)[:2], ev(8, 0, "save_start", epoch=1),
+                    ev(8.1, 0, "save_error", error_type="OSError", message="[Errno 28] No space left on device"),
+                    *loader(0, 8.5, digest="w-epoch0"), *loader(1, 9.0, digest="w-epoch0"))
+    verdict = judge(events, 2)
+    assert [r.outcome for r in verdict.ranks] == ["loaded", "loaded"]
+    assert verdict.verdict == "race"
+    assert verdict.explanation == (
+        "race: rank 0's save failed (OSError: [Errno 28] No space left on device); ranks 0, 1 loaded the last "
+        "checkpoint that finished (epoch 0); rank 1 never said the save failed")
+
+
+def test_a_rank_that_read_before_the_last_save_began_read_a_stale_checkpoint_even_when_that_save_failed():
+    """accelerate, scenario=save_fails, fix=atomic: rank 1 found epoch 1's file and read it while rank 0 was still
+    late before its last save; that save (epoch 2) then failed, and rank 0 read epoch 1's file after it."""
+    events = launch("ok", *saver(("w-epoch0", "w-epoch1"), end=5.0)[:4],
+                    *loader(1, 6.0, digest="w-epoch1"), ev(7.0, 0, "save_start", epoch=2),
+                    ev(7.01, 0, "save_error", epoch=2, error_type="OSError", message="[Errno 28] No space left on device"),
+                    *loader(0, 7.05, digest="w-epoch1"))
+    verdict = judge(events, 2)
+    assert [(r.outcome, r.detail) for r in verdict.ranks] == [
+        ("loaded", ""),
+        ("stale", "loaded the epoch-1 save, read 1.0 s before rank 0's save of epoch 2 began; that save then failed")]
+    assert verdict.verdict == "race"
+    assert verdict.explanation == (
+        "race: rank 0's save failed (OSError: [Errno 28] No space left on device); rank 0 loaded the last checkpoint "
+        "that finished (epoch 1); rank 1 loaded an older checkpoint (the epoch-1 save, read 1.0 s before rank 0's "
+        "save of epoch 2 began; that save then failed)")
+    # read after the last save began: not stale by its time (what it read is judged by its weights)
+    assert outcome(1, [e if e["rank"] != 1 else {**e, "t": e["t"] + 1.5} for e in events]) == "loaded"
+    # the last save that began ended too: a read before it that got the file it then wrote cannot be; a read of
+    # the earlier file is stale by its weights, as before
+    finished = [e if e["event"] != "save_error" else {**e, "event": "save_end", "digest": "w-epoch2", "bytes": 1800}
+                for e in events]
+    assert classify_rank(1, finished).detail == "loaded the epoch-1 save"
+
+
+def test_a_rank_that_failed_after_its_load_is_never_loaded_and_the_run_never_clean():
+    """Lightning's validate after the load timed out on a send (the adapter records train_error), a sync after the
+    load failed or could never end, or the rank died after its load (the launcher's rank_failed)."""
+    base = launch("ok", *saver(), *loader(1, 12.5, digest="w-last"))
+    assert judge(base, 2).verdict == "clean"
+
+    def after(*extra, status="ok"):
+        return judge([e for e in base if e["event"] != "launch_end"] + [*extra, ev(30, "launcher", "launch_end",
+                                                                                   status=status)], 2)
+    timed_out = after(ev(12.6, 0, "sync_enter", how="barrier"), ev(12.7, 0, "sync_exit", how="barrier"),
+                      ev(13, 0, "train_error", what="trainer.validate", error_type="RuntimeError", timed_out=True,
+                         message="[../gloo/transport/tcp/pair.cc:534] Timed out waiting 10000ms for send operation"))
+    assert [(r.outcome, r.detail) for r in timed_out.ranks] == [
+        ("timeout", "after its load, trainer.validate: RuntimeError: Timed out waiting 10000ms for send operation"),
+        ("loaded", "")]
+    assert timed_out.verdict == "race"
+    assert timed_out.explanation == ("race: rank 0 timed out (after its load, trainer.validate: RuntimeError: Timed "
+                                     "out waiting 10000ms for send operation)")  # no wait of a sync of its own
+
+    raised = after(ev(13, 1, "train_error", what="trainer.validate", error_type="RuntimeError", timed_out=False,
+                      message="boom"))
+    assert (raised.verdict, raised.ranks[1].outcome) == ("error", "error")
+    assert raised.explanation == "error: rank 1 failed (after its load, trainer.validate: RuntimeError: boom)"
+
+    died = after(ev(14, "launcher", "rank_failed", failed_rank=1, exitcode=1, message="ValueError: x",
+                    log="logs/rank1.log"), status="failed")
+    assert (died.verdict, died.ranks[1].outcome, died.ranks[1].log) == ("error", "error", "logs/rank1.log")
+    assert died.explanation == "error: rank 1 failed (after its load, it died (ValueError: x); traceback in logs/rank1.log)"
+
+    barrier = after(ev(13, 1, "sync_enter", how="barrier"), barrier_error(23, 1, timed_out=True))
+    assert (barrier.verdict, barrier.ranks[1].outcome) == ("race", "timeout")
+    assert barrier.ranks[1].detail == "after its load, barrier: timed out"
+    hung = after(ev(13, 1, "sync_enter", how="barrier"),
+                 ev(14, 1, "hang", sync="barrier", waiting_for=[0], peers={"0": {"at": "end"}}))
+    assert (hung.verdict, hung.ranks[1].outcome) == ("race", "hung")
+    assert hung.ranks[1].detail.startswith("after its load, its barrier could never end: rank 0 went on to the end")
+
+    before = after(ev(12.4, 1, "train_error", what="trainer.fit", error_type="RuntimeError", timed_out=False,
+                      message="boom"))  # before its load: not what is judged here
+    assert before.ranks[1].outcome == "loaded"
+
+    stale = launch("ok", *saver(("w-epoch0", "w-last")), *loader(1, 9.5, digest="w-epoch0"),
+                   ev(13, 1, "train_error", what="trainer.validate", error_type="RuntimeError", timed_out=False,
+                      message="boom"))
+    said = "loaded the epoch-0 save; after its load, trainer.validate: RuntimeError: boom"
+    assert detail(1, stale) == ("stale", said)  # the wrong read stays the news
 
 
 def test_replicas_unknown_when_a_rank_never_recorded_its_final_weights():
@@ -476,7 +569,8 @@ def test_decide_puts_the_interrupt_first_then_the_harness_then_the_race():
 
 
 def test_save_failed_needs_the_failed_save_every_rank_skipping_and_the_same_weights():
-    failed = [ev(5, 0, "save_error", error_type="OSError", message="full")]
+    failed = [ev(5, 0, "save_error", error_type="OSError", message="full"),
+              *[ev(6, r, "skip", reason="rank 0's save failed: every rank agreed not to load") for r in (0, 1)]]
     skipped = [RankOutcome(r, "skipped", final_digest="w") for r in (0, 1)]
     assert decide(skipped, failed, "ok") == "save_failed"
     assert decide(skipped, [], "ok") == "race"  # skipped, but no save failed

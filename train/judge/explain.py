@@ -4,6 +4,7 @@ from train.judge.vocabulary import (
     last_event,
     ranks_text,
     saves,
+    says_save_failed,
     secs,
     short,
     span,
@@ -33,6 +34,8 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
     written = saves(events)
     saver = f"rank {written[-1]['rank']}" if written else "the saving rank"
     save_error = last_event(events, "save_error")
+    failed_save = f"rank {save_error['rank']}'s save failed ({save_error['error_type']}: " \
+        f"{short(save_error['message'])})" if save_error else ""
 
     if verdict == "interrupted":
         sig = next((e for e in events if e["event"] == "signal"), None)  # the first: what stopped the run
@@ -45,8 +48,7 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
         where = lambda o: f"; traceback in {o.log}" if o.log else ""  # noqa: E731
         return "error: " + "; ".join(f"rank {o.rank} failed ({o.detail}{where(o)})" for o in failed)
     if verdict == "save_failed":
-        return (f"save_failed: rank 0's save failed ({save_error['error_type']}: {short(save_error['message'])}); "
-                "every rank agreed not to load and all hold the same weights")
+        return f"save_failed: {failed_save}; every rank says so and none loaded, so all hold the same weights"
 
     def early(group):
         leads = [-o.timings["load_after_save_end"] for o in group if "load_after_save_end" in o.timings]
@@ -54,7 +56,10 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
 
     parts = []
     if save_error:
-        parts.append(f"rank 0's save failed ({save_error['error_type']}: {short(save_error['message'])})")
+        parts.append(failed_save)
+        if by.get("loaded"):  # they hold the last save that finished, not the one that failed
+            epoch = f" (epoch {written[-1]['epoch']})" if "epoch" in written[-1] else ""
+            parts.append(f"{ranks_text(o.rank for o in by['loaded'])} loaded the last checkpoint that finished{epoch}")
     for name in ("missing", "corrupt", "unsafe", "stale"):
         group = by.get(name, [])
         if not group:
@@ -76,7 +81,8 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
     if by.get("skipped"):
         parts.append(f"{ranks_text(o.rank for o in by['skipped'])} skipped the load ({by['skipped'][0].detail})")
     if by.get("timeout"):
-        waits = [o.timings["wait"] for o in by["timeout"] if "wait" in o.timings]
+        raised = {e["rank"] for e in events if e["event"] == "train_error"}  # no sync of theirs timed out
+        waits = [o.timings["wait"] for o in by["timeout"] if "wait" in o.timings and o.rank not in raised]
         after = f" after {span(waits)}" if waits else ""
         parts.append(f"{ranks_text(o.rank for o in by['timeout'])} timed out{after} ({by['timeout'][0].detail})")
     for o in by.get("hung", []):
@@ -87,6 +93,9 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
         end = last_event(events, "launch_end")
         why = "by an interrupt" if end and end["status"] == "interrupted" else "after a peer failed"
         parts.append(f"{ranks_text(o.rank for o in by['aborted'])} stopped {why}")
+    unaware = [o.rank for o in outcomes if o.outcome in ("loaded", "skipped") and not says_save_failed(events, o.rank)]
+    if save_error and unaware:
+        parts.append(f"{ranks_text(unaware)} never said the save failed")
     if agreement == "diverged":
         parts.append(_diverged_part(outcomes))
     if verdict == "race":

@@ -9,6 +9,8 @@ from train.judge.vocabulary import (
     load_error_sentence,
     ranks_text,
     saves,
+    says_save_failed,
+    secs,
     short,
 )
 
@@ -46,6 +48,76 @@ def hang_detail(hang: dict, events) -> str:
     return f"its {hang['sync']} could never end: " + "; ".join(peers)
 
 
+def _broken(rank, failed, events, failures) -> tuple:
+    """(outcome, detail) of a sync that failed (sync_error{how}), or of a framework's call that raised after the
+    load (train_error{what}): timed out, broken by a peer's death, an interrupt or peers that had given up, or
+    its own error."""
+    how = failed.get("how") or failed.get("what") or "sync"
+    if failed.get("timed_out"):
+        if failed["event"] == "sync_error":
+            return "timeout", _timeout_detail(events, failed, rank)
+        return "timeout", f"{how}: {failed['error_type']}: {short(failed['message'])}"
+    peers = sorted({e["failed_rank"] for e in failures} - {rank})
+    if peers:  # it broke because a peer died: the peer's failure, not its own
+        return "aborted", f"its {how} broke when {ranks_text(peers)} died"
+    if launch_status([e for e in events if e["rank"] == "launcher"]) == "interrupted":
+        return "aborted", f"its {how} broke when the run was interrupted"
+    gave_up = sorted({e["rank"] for e in events if e["event"] == "sync_error" and e.get("timed_out")
+                      and e["t"] <= failed["t"]} - {rank})
+    if gave_up:  # it came late, after its peers had stopped waiting
+        return "aborted", f"its {how} broke: {ranks_text(gave_up)} had stopped waiting"
+    return "error", f"{how}: {failed['error_type']}: {short(failed['message'])}"
+
+
+AFTER_LOAD = "after its load, "  # the start of the detail of a rank whose load ended well and something after it did not
+
+
+def _after_load(rank, mine, events, done, failures):
+    """What went wrong on this rank after its load ended well, as (outcome, detail, log), or None: a sync that
+    failed or could never end, its framework's call that raised after the load (train_error: Lightning's
+    validate, whose error the adapter says and records instead of raising), or its death (the launcher's
+    rank_failed). Such a rank is never `loaded`."""
+    later = sorted((e for e in mine if e["event"] in ("sync_error", "train_error", "hang") and e["t"] >= done["t"]),
+                   key=lambda e: e["t"])
+    if later and later[0]["event"] == "hang":
+        return "hung", AFTER_LOAD + hang_detail(later[0], events), ""
+    if later:
+        outcome, detail = _broken(rank, later[0], events, failures)
+        return outcome, AFTER_LOAD + detail, ""
+    died = [e for e in failures if e["failed_rank"] == rank]
+    if died:
+        why = died[-1].get("message") or f"exit code {died[-1]['exitcode']}"
+        return "error", f"{AFTER_LOAD}it died ({why})", died[-1].get("log", "")
+    return None
+
+
+def _last_save_began(events):
+    """The start of the run's last save: the first save_start of the last epoch any rank began to save."""
+    starts = [e for e in events if e["event"] == "save_start"]
+    if not starts:
+        return None
+    last = max(e.get("epoch", 0) for e in starts)
+    return min((e for e in starts if e.get("epoch", 0) == last), key=lambda e: e["t"])
+
+
+def _what_it_loaded(mine, events, done) -> tuple:
+    """(loaded or stale, detail) by the weights it read. A rank that read the last finished save before the last
+    save began read a stale checkpoint too: that save then failed (or never finished), so the file it read was
+    older than the one the run was writing."""
+    written = saves(events)
+    if written and done["digest"] == written[-1]["digest"]:
+        began = _last_save_began(events)
+        read_at = (last_event(mine, "load_attempt") or done)["t"]
+        if began and written[-1]["t"] < began["t"] and read_at < began["t"]:
+            failed = any(e["event"] == "save_error" and e["t"] >= began["t"] for e in events)
+            return "stale", (f"loaded the epoch-{written[-1].get('epoch', 0)} save, read {secs(began['t'] - read_at)} s "
+                             f"before rank {began['rank']}'s save of epoch {began.get('epoch', 0)} began; that save "
+                             f"then {'failed' if failed else 'never finished'}")
+        return "loaded", ""
+    older = [s for s in written if s["digest"] == done["digest"]]
+    return "stale", f"loaded the epoch-{older[-1]['epoch']} save" if older else "loaded a file this run never wrote"
+
+
 def classify_rank(rank: int, events: list) -> RankOutcome:
     """events: the whole run's events (all ranks and the launcher)."""
     mine = [e for e in events if e["rank"] == rank]
@@ -57,12 +129,14 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
     def result(outcome, detail="", log=""):
         return RankOutcome(rank, outcome, detail, rank_timings(mine, events), final["digest"] if final else "", log)
 
+    failures = [e for e in launcher if e["event"] == "rank_failed"]
     done = last_event(mine, "load_done")
     if done:
-        if last_written and done["digest"] == last_written["digest"]:
-            return result("loaded")
-        older = [s for s in written if s["digest"] == done["digest"]]
-        return result("stale", f"loaded {'the epoch-%d save' % older[-1]['epoch'] if older else 'a file this run never wrote'}")
+        outcome, detail = _what_it_loaded(mine, events, done)
+        after = _after_load(rank, mine, events, done, failures)
+        if after and outcome == "stale":  # the wrong read is the news; what failed after it is said too
+            return result("stale", f"{detail}; {after[1]}", after[2])
+        return result(*after) if after else result(outcome, detail)
 
     failed = last_event(mine, "load_error")
     if failed:
@@ -76,21 +150,9 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
     if hung:  # before its own exit code: the rank was ended on purpose, the moment the hang was certain
         return result("hung", hang_detail(hung, events))
 
-    failures = [e for e in launcher if e["event"] == "rank_failed"]
     sync = last_event(mine, "sync_error")
     if sync:
-        if sync.get("timed_out"):
-            return result("timeout", _timeout_detail(events, sync, rank))
-        peers = sorted({e["failed_rank"] for e in failures} - {rank})
-        if peers:  # its sync broke because a peer died: the peer's failure, not its own
-            return result("aborted", f"its {sync.get('how', 'sync')} broke when {ranks_text(peers)} died")
-        if launch_status(launcher) == "interrupted":
-            return result("aborted", f"its {sync.get('how', 'sync')} broke when the run was interrupted")
-        gave_up = sorted({e["rank"] for e in events if e["event"] == "sync_error" and e.get("timed_out")
-                          and e["t"] <= sync["t"]} - {rank})
-        if gave_up:  # it came late, after its peers had stopped waiting
-            return result("aborted", f"its {sync.get('how', 'sync')} broke: {ranks_text(gave_up)} had stopped waiting")
-        return result("error", f"{sync.get('how', 'sync')}: {sync['error_type']}: {short(sync['message'])}")
+        return result(*_broken(rank, sync, events, failures))
 
     skipped = last_event(mine, "skip")
     if skipped:
@@ -142,9 +204,11 @@ def decide(outcomes: list, events: list, status) -> str:
         return "interrupted"
     if status == "harness_error" or "error" in kinds:
         return "error"
-    if kinds == {"loaded"}:
+    failed = last_event(events, "save_error")
+    if kinds == {"loaded"} and not failed:  # a run in which a save failed is never clean
         return "clean"
-    if last_event(events, "save_error") and kinds == {"skipped"} and replicas(outcomes) == "agree":
+    if failed and kinds == {"skipped"} and replicas(outcomes) == "agree" and \
+            all(says_save_failed(events, o.rank) for o in outcomes):
         return "save_failed"
     return "race"
 

@@ -4,7 +4,9 @@ judgement shares. Pure functions over event records; nothing here imports torch 
 Rank events (events/rank<N>.jsonl): rank_start{node}, fit_start{node_local}, skew_start{at}, skew_end,
 read_delay_start, read_delay_end, rank_misdetected, save_start, save_end{digest, bytes},
 save_error{error_type, message}, train_end, sync_enter{how}, sync_exit{how},
-sync_error{how, error_type, message, timed_out}, skip{reason}, load_attempt{bytes},
+sync_error{how, error_type, message, timed_out}, train_error{what, error_type, message, timed_out} (a framework's
+call that raised on this rank and that no other event records, e.g. Lightning's validate after its load),
+skip{reason}, load_attempt{bytes},
 load_done{digest}, load_error{error_type, message}, final{digest}, crash, interrupted{signal}, rank_end,
 hang{sync, n, waiting_for, peers: {rank: place}, certain_at} (train/toolkit/hang.py: its collective sync could never
 end, because of where its peers were; the rank ended at once).
@@ -13,9 +15,10 @@ message, log}, signal{name}, launch_error{error_type, message},
 launch_end{status: ok | failed | interrupted | timeout | harness_error}.
 
 Each rank's outcome:
-  loaded   it holds the weights of the last save
+  loaded   it holds the weights of the last save, and nothing failed on it after its load
   skipped  it did not load: it looked and saw no file, or every rank agreed not to
-  stale    it loaded an older checkpoint (an earlier save, or a file this run never wrote)
+  stale    it loaded an older checkpoint (an earlier save, or a file this run never wrote), or it read before the
+           last save began and that save then failed (the file it read was older than the one being written)
   missing  it tried to load and there was no file
   corrupt  it read a partly written or unreadable file
   unsafe   the file held code, and weights_only=True refused to run it
@@ -25,6 +28,9 @@ Each rank's outcome:
   aborted  the launcher stopped it after a peer failed, or its sync broke when a peer died
   crashed  it died where a scenario placed a crash (fault.crash_rank)
   error    it failed for a reason outside the experiment: the harness's failure, not a race
+A rank whose load ended well and that then failed (its sync failed or could never end, its framework's call raised:
+train_error, or it died) is never `loaded`: it is timeout, hung, aborted or error as above, its detail starting
+"after its load, " (a stale rank stays stale, its detail saying what failed after).
 
 A resume run (workload=resume: a loop_start event; every rank event has its `attempt`) is judged by
 train/judge/resume.py: each rank's resumes (resume{epoch, step, path, digest}) against the newest checkpoint whose
@@ -37,9 +43,10 @@ whether it finished, ran out of restarts (each attempt: the file it died on), or
   crashed  it was killed where the scenario placed the kill, in the last attempt
 
 The verdict:
-  clean        every rank holds the last checkpoint
-  race         ranks diverged, hung, crashed or read the wrong file
-  save_failed  the save failed and every rank agreed, so none loaded and all hold the same weights
+  clean        every rank holds the last checkpoint, and no save failed
+  race         ranks diverged, hung, crashed or read the wrong file, or a save failed and a rank did not say so
+  save_failed  the save failed and every rank says so (its own save_error, or a skip saying the save failed):
+               none loaded and all hold the same weights
   error        the harness failed (a rank's own error, a launch that never ran): no verdict on the race
   interrupted  the run was stopped (Ctrl-C, SIGTERM) before it ended: no verdict on the race
 """
@@ -105,6 +112,17 @@ def launch_status(launcher_events):
 def saves(events) -> list:
     """Every completed save of the run, oldest first."""
     return [e for e in events if e["event"] == "save_end"]
+
+
+SAVE_FAILED = "save failed"  # what a rank's skip says when it was told the save failed (train/fixes.agree's why)
+
+
+def says_save_failed(events, rank) -> bool:
+    """Whether this rank knows that the save failed: its own save raised (save_error), or it skipped the load
+    saying so (every rank agreed not to load because rank 0's save failed)."""
+    return any(e["rank"] == rank and (e["event"] == "save_error" or
+                                      (e["event"] == "skip" and SAVE_FAILED in e.get("reason", "")))
+               for e in events)
 
 
 def is_corrupt_read(error_type: str, message: str) -> bool:
