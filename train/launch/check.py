@@ -82,6 +82,10 @@ def _plan(argv: list) -> dict:
             "setup": {"disks": setup["disks"], "restarts": setup["restarts"]}}
     for name in scenarios:
         cfg = compose_scenario(argv, name)
+        try:  # a value no run of this scenario takes (world_size=3 on its two nodes): refused here
+            check_config(cfg)
+        except ConfigError as e:
+            raise ConfigError(f"{e} (in scenario={name}, which the check runs)") from None
         workload, why_not_here = cfg["workload"], (read_option("scenario", name).get("not_for") or {}).get(framework)
         if why_not_here:
             plan["left_out"].append({"name": name, "why": f"cannot happen in {framework}: {why_not_here}"})
