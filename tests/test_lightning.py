@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import sweep_groups
+from conftest import ROOT, run_train, sweep_groups
 from train.events import read_events
 
 
@@ -73,7 +73,9 @@ def test_as_shipped_the_barrier_after_the_save_holds_the_skew(shared):
 @pytest.mark.slow
 def test_as_shipped_without_a_shared_filesystem_rank_1_finds_no_file(node_local):
     s = node_local[("no_shared_fs", "as_shipped")]
-    assert (s["verdict"], outcomes(s)) == ("race", ["loaded", "missing"]), s["explanation"]
+    # rank 0 loaded, then its validate's send timed out: rank 1, whose load failed, had left validate
+    assert (s["verdict"], outcomes(s)) == ("race", ["timeout", "missing"]), s["explanation"]
+    assert s["ranks"][0]["detail"].startswith("after its load, trainer.validate: RuntimeError: Timed out waiting")
     assert s["node_disk"] == "mount"  # each node's agent had its own tmpfs on checkpoint.dir
     assert s["ranks"][1]["detail"].startswith("FileNotFoundError: Checkpoint file not found")
     assert "rank 1 tried to load (FileNotFoundError): the file is on node 0's own disk; node 1's disk has none" \
@@ -120,3 +122,19 @@ def test_agreed_says_the_save_failed_and_no_rank_waits_for_it(shared):
     assert {r["detail"] for r in s["ranks"]} == {"rank 0's save failed: every rank agreed not to load"}
     assert len({r["final_digest"] for r in s["ranks"]}) == 1
     assert shared[("seed", "agreed")]["verdict"] == "clean"
+
+
+def test_a_rank_that_fails_after_its_load_is_never_loaded(tmp_path):
+    """Rank 1's validate(ckpt_path="best") raises once its load ended well (tests/after_load.py, as a validate
+    whose collective timed out does): the adapter records it (train_error), so the rank is an error, not
+    `loaded`, and the run has no clean verdict."""
+    run = run_train(tmp_path / "run", "world_size=2", "framework=lightning", "scenario=seed", "fix=own",
+                    "fix._target_=after_load.FailsAfterLoad", env={"PYTHONPATH": str(ROOT / "tests")})
+    s = run.summary
+    assert (s["verdict"], outcomes(s)) == ("error", ["loaded", "error"]), s["explanation"]
+    assert run.rc == 3  # the harness's exit code for an error verdict
+    assert s["ranks"][1]["detail"] == ("after its load, trainer.validate: RuntimeError: rank 1 failed after its load "
+                                       "(tests/after_load.py)")
+    events = events_of(s)
+    assert first(events, "train_error", 1, what="trainer.validate")["t"] > first(events, "load_done", 1)["t"]
+    assert s["explanation"].startswith("error: rank 1 failed (after its load, trainer.validate: RuntimeError")

@@ -71,6 +71,7 @@ class RaceCheckpointIO(TorchCheckpointIO):
         super().__init__()
         self.rank, self.events, self.faults, self.way = rank, rank.events, rank.faults, way
         self.save_ok = None  # the last save's result, on rank 0
+        self.loaded = False  # its load ended well (load_done): an error out of validate after it is a train_error
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
         """Rank 0 only (DDPStrategy.save_checkpoint), before Trainer.save_checkpoint's barrier."""
@@ -111,6 +112,7 @@ class RaceCheckpointIO(TorchCheckpointIO):
             say(f"Load failed: {type(e).__name__}: {e}")
             raise
         self.events.record("load_done", path=str(path), digest=weights_digest(checkpoint["state_dict"]))
+        self.loaded = True
         say("Loaded model.")
         return checkpoint
 
@@ -255,7 +257,7 @@ def fit_and_load(rank: Rank):
         say("Attempting to load model.")
         if guard_allows(events, cfg["checkpoint"]["guard"], best.best_model_path):
             run(events, "trainer.validate",
-                lambda: trainer.validate(module, valid_dl, ckpt_path="best", verbose=False), strategy)
+                lambda: trainer.validate(module, valid_dl, ckpt_path="best", verbose=False), strategy, checkpoint_io)
     events.record("final", digest=weights_digest(module.state_dict()))
 
 
@@ -292,9 +294,11 @@ BY_FIX = {
 }
 
 
-def run(events, what: str, call, strategy) -> bool:
+def run(events, what: str, call, strategy, checkpoint_io=None) -> bool:
     """Lightning's fit or validate; its error is said and the rank goes on to record its final weights, so that
-    every rank is observed. A rank whose fit failed never reaches validate, as a user's script would not."""
+    every rank is observed. A rank whose fit failed never reaches validate, as a user's script would not. An error
+    out of validate after its load ended well (a collective of validate's that timed out) is recorded as a
+    train_error: load_done alone would say the rank ended well."""
     try:
         call()
         return True
@@ -305,6 +309,8 @@ def run(events, what: str, call, strategy) -> bool:
         if what == "trainer.fit" and not strategy.sync_failed:  # a failed wait is its own outcome (sync_error)
             events.record("skip", reason=f"trainer.fit raised {type(e).__name__}, so validate(ckpt_path='best') "
                                          "never ran")
+        elif getattr(checkpoint_io, "loaded", False) and not strategy.sync_failed:
+            events.record("train_error", what=what, **error_fields(e))
         return False
 
 
