@@ -7,12 +7,12 @@ scenarios that are hardest for it (docs/fixes/fastai.md, docs/fixes/torch_loop.m
 - the torch loop (train/frameworks/torch_loop/rank0_leads.py): rank 0 killed halfway through a save
   (crash_mid_save), and killed after a save that the restarted rank 1's stale listing misses (resume_disagree):
   every rank resumes from rank 0's pick, the newest complete checkpoint.
-Both sweeps side by side, one job each scenario (REPEATS 1); about three minutes on 2 loaded cores.
+Both sweeps side by side, one job each scenario (REPEATS 1): 4 minutes on the 2 shared cores (load average 20).
 """
 import pytest
 from conftest import sweep_groups
 
-ENDS_WITHIN_S = 420
+ENDS_WITHIN_S = 900  # a deadline against a hang, not the expected time: the machine may be shared
 
 GROUPS = {
     "fastai": ["framework=fastai", "scenario=save_fails,no_shared_fs,many_writers"],
