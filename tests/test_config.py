@@ -217,6 +217,8 @@ REFUSED = [
     ("fix=nope", "error: fix=nope: no such option; one of " + options("fix")),
     ("scenario=nope", "error: scenario=nope: no such option; one of " + options("scenario")),
     ("framework=nope", "error: framework=nope: no such option; one of " + options("framework")),
+    ("+fix.kwargs.wait_s=5", "error: fix.kwargs={'wait_s': 5}: only for fix=own (your class's constructor); "
+                             "fix=unsynced takes none"),
     ("backend=nccl", "error: backend='nccl': needs one GPU per rank: 3 ranks, 0 GPU(s) visible"),
     ("world_size=200", "error: world_size=200: more than 4 CPU ranks per core: this machine has 2 core(s), so at "
                        "most 8; launch.oversubscribe=true allows more"),

@@ -122,6 +122,8 @@ class FixConfig:
                                         "the framework's adapter does the fix by its name")
     workloads: List[str] = key(["load_best"], "the workloads this fix is for (set by each fix); with another "
                                               "workload its cells are n/a", choices=["load_best", "resume"])
+    kwargs: Dict[str, Any] = key({}, "fix=own: keyword arguments for your class's constructor, e.g. "
+                                     "+fix.kwargs.wait_s=5; checked before any rank starts")
 
 
 @dataclass
@@ -258,7 +260,9 @@ def _check_value(path, value, tp, meta):
     if accepted is list:
         ok = isinstance(value, list) and value and all(_ok_scalar(v, item, meta) for v in value)
     elif accepted is dict:
-        ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        values = get_args(tp)[1]  # fix.kwargs: any values
+        ok = isinstance(value, dict) and all(isinstance(k, str) and (values is Any or isinstance(v, str))
+                                             for k, v in value.items())
     else:
         ok = _ok_scalar(value, tp, meta)
     if not ok:
@@ -316,8 +320,8 @@ def _default_text(f) -> str:
 
 def rows(schema=TrainConfig, prefix="", note=""):
     for f in fields(schema):
-        if schema is TrainConfig and f.name in ("fix", "data"):
-            continue
+        if schema is TrainConfig and f.name == "data" or schema is FixConfig and f.name == "name":
+            continue  # set by their groups
         if is_dataclass(f.type):
             yield from rows(f.type, prefix + f.name + ".")
             continue

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from train.config import ConfigError
 from train.launch import nodes
-from train.launch.own_class import check_own_class
+from train.launch.own_class import check_kwargs, check_own_class
 from train.launch.plan import make_plan
 
 EXIT_EXPECT_MISMATCH, EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED = 1, 2, 3, 130
@@ -62,6 +62,7 @@ def preflight(cfg: dict, machine, reach_data: bool = True):
     else:
         check_folder_writable("checkpoint.dir", Path(cfg["checkpoint"]["dir"]))
     nodes.node_disk_form(cfg)  # launch.node_disks=mount on a machine that cannot: refused here
+    check_kwargs(cfg)
     if cfg["fix"]["name"] == "own":
         check_own_class(cfg)
     if reach_data:

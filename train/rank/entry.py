@@ -3,6 +3,7 @@ which unpickles this function by name, imports only this small module (the prelo
 not train.launch.job with Hydra; and the launcher, which names it, never imports fastai."""
 import os
 import signal
+import sys
 import threading
 
 from torch.distributed.elastic.multiprocessing.errors import record
@@ -17,9 +18,21 @@ def rank_main(cfg: dict, plan: dict, run_dir: str) -> dict:
     """One rank, from torch elastic's start to its return value (a top-level function, so spawn can import it)."""
     end_with_parent()
     stop_at_once_on_signal(run_dir)
+    import_from_the_folder_run_from()
     from train.rank.worker import run_rank
 
     return run_rank(cfg, plan, run_dir)
+
+
+def import_from_the_folder_run_from():
+    """A rank imports what the class check imported (train/launch/own_class.py, a `python -c` run in the same
+    folder): the folder the command ran from first, then PYTHONPATH. The forkserver (or spawn) hands a rank the
+    launcher's sys.path, which the race-lab command's script starts with its own folder (the venv's bin), not
+    the folder it ran from: a class of yours there imported in the check, then not in the ranks. race-lab's own
+    `train` is loaded by now, so a train.py of yours in that folder does not hide it (the check does the same)."""
+    here = os.getcwd()
+    if not sys.flags.safe_path and here not in sys.path and "" not in sys.path:  # python -P: neither has it
+        sys.path.insert(0, here)
 
 
 def stop_at_once_on_signal(run_dir: str):

@@ -42,5 +42,8 @@ def read_summary(run: Path):
 
 
 def fix_name(config: dict) -> str:
-    """The fix a run's config names (a run recorded before the axis was called fix has it under `callback`)."""
-    return (config.get("fix") or config.get("callback") or {}).get("name")
+    """The fix a run's config names (a run recorded before the axis was called fix has it under `callback`); a
+    class of yours by its name too: `own (PatientCheckpointIO)`."""
+    fix = config.get("fix") or config.get("callback") or {}
+    name, target = fix.get("name"), fix.get("_target_")
+    return f"{name} ({target.rpartition('.')[2]})" if name == "own" and target else name

@@ -40,7 +40,7 @@ def fit_and_load(rank: Rank):
                     loss_func=CrossEntropyLossFlat(), metrics=accuracy,
                     path=rank.run_dir, model_dir=checkpoint_dir(cfg))
     save_model_cb = named_class(cfg["fix"]["_target_"])(
-        rank.events, rank.faults, cfg["checkpoint"], timeout_s=cfg["timeout"]["collective_s"])
+        rank.events, rank.faults, cfg["checkpoint"], timeout_s=cfg["timeout"]["collective_s"], **cfg["fix"]["kwargs"])
 
     learn.logger = epoch_table(learn)
     with distrib_ctx(learn, rank.plan["device"], rank.plan["backend"]), learn.no_bar():

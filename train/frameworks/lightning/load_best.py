@@ -41,6 +41,7 @@ onto the checkpoint's name at commit; on another filesystem (a node's own disk h
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 
 import pytorch_lightning as pl
 import torch
@@ -67,8 +68,8 @@ class RaceCheckpointIO(TorchCheckpointIO):
     """Lightning's TorchCheckpointIO, observed; a fix changes how the load reads (broadcast) or whether every rank
     loads (agreed). rank: this rank's context; way: how the fix is done (BY_FIX's)."""
 
-    def __init__(self, rank: Rank, way):
-        super().__init__()
+    def __init__(self, rank: Rank, way, **kwargs):
+        super().__init__(**kwargs)  # kwargs: fix=own's fix.kwargs, for a CheckpointIO of yours
         self.rank, self.events, self.faults, self.way = rank, rank.events, rank.faults, way
         self.save_ok = None  # the last save's result, on rank 0
         self.loaded = False  # its load ended well (load_done): an error out of validate after it is a train_error
@@ -267,13 +268,13 @@ def shipped_classes(cfg: dict):
 
 
 def own_classes(cfg: dict):
-    """fix=own: (the ModelCheckpoint class, the CheckpointIO class) with yours in its place. A CheckpointIO of
-    yours (a TorchCheckpointIO subclass, constructible with no arguments) runs under RaceCheckpointIO's
-    observation and faults: RaceCheckpointIO's calls to super() reach your methods first."""
-    own = named_class(cfg["fix"]["_target_"])
+    """fix=own: (the ModelCheckpoint class, the CheckpointIO class) with yours in its place, built with fix.kwargs
+    too. A CheckpointIO of yours (a TorchCheckpointIO subclass) runs under RaceCheckpointIO's observation and faults:
+    RaceCheckpointIO's calls to super() reach your methods first."""
+    own, kwargs = named_class(cfg["fix"]["_target_"]), cfg["fix"]["kwargs"]
     if issubclass(own, ModelCheckpoint):
-        return own, RaceCheckpointIO
-    return ModelCheckpoint, type(f"Race{own.__name__}", (RaceCheckpointIO, own), {})
+        return partial(own, **kwargs), RaceCheckpointIO
+    return ModelCheckpoint, partial(type(f"Race{own.__name__}", (RaceCheckpointIO, own), {}), **kwargs)
 
 
 @dataclass(frozen=True)
