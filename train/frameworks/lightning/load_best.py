@@ -30,7 +30,9 @@ the last epoch saves, after the earlier ones. checkpoint.early_saves has no effe
 
 Fixes (fix.name): as_shipped (Lightning unmodified), broadcast (rank 0 reads, the others get its checkpoint
 through a collective: train/fixes.broadcast_read), agreed (a failed save is recorded instead of raised, and rank 0
-decides for every rank whether to load: train/fixes.agree). checkpoint.guard: a local exists() check before
+decides for every rank whether to load: train/fixes.agree), rank0_leads (the file users copy, rank0_leads.py: rank 0
+decides and reads, every rank gets its decision and checkpoint; a failed save is kept, not raised).
+checkpoint.guard: a local exists() check before
 validate, as a user's `if os.path.exists(best): trainer.validate(...)` would have it. scenario=many_writers is
 n/a (its yaml says why). An error out of fit or validate is said, not raised: the rank still records its final
 weights, and one whose fit failed never reaches validate, as a user's script would not.
@@ -56,6 +58,7 @@ from train.toolkit.rank import Rank, checkpoint_dir, last_epoch, local_rank, nam
 from train.toolkit.model import digits_split, small_cnn, weights_digest
 from train.toolkit.errors import error_fields
 from train.frameworks.lightning.seams import CHECKPOINT_SUFFIX, FaultyFileSystem, quiet, use_faulty_filesystem
+from train.frameworks.lightning.rank0_leads import NotLoaded, Rank0LeadsCheckpointIO
 
 
 # --- save and load: the CheckpointIO plugin ------------------------------------------------------------------
@@ -78,19 +81,20 @@ class RaceCheckpointIO(TorchCheckpointIO):
         """Rank 0 only (DDPStrategy.save_checkpoint), before Trainer.save_checkpoint's barrier."""
         epoch = checkpoint["epoch"]
         self.events.record("save_start", epoch=epoch, path=str(path))
-        last = epoch == last_epoch(self.rank.cfg)
-        FaultyFileSystem.write_fault = lambda f, data: self.faults.write(f, data, last)
+        last, raised = epoch == last_epoch(self.rank.cfg), []
+        FaultyFileSystem.write_fault = lambda f, data: self.write(f, data, last, raised)
         try:
             super().save_checkpoint(checkpoint, path, storage_options)
+            caught = raised[-1] if raised else None  # the class under test caught its write's error (rank0_leads)
         except OSError as e:
-            self.save_ok = False
-            self.events.record("save_error", epoch=epoch, **error_fields(e))
-            say(f"Save failed: {type(e).__name__}: {e}")
+            self.save_error(epoch, e)
             if not self.way.agreed:
                 raise  # as shipped: out of Trainer.save_checkpoint, before its barrier
             return  # agreed: training goes on, and the load's decision says the save failed
         finally:
             FaultyFileSystem.write_fault = None
+        if caught:  # failed all the same
+            return self.save_error(epoch, caught)
         self.save_ok = True
         self.events.record("save_end", epoch=epoch, path=str(path), digest=weights_digest(checkpoint["state_dict"]),
                            bytes=os.path.getsize(path))
@@ -108,6 +112,10 @@ class RaceCheckpointIO(TorchCheckpointIO):
                 checkpoint = self.read(path, map_location)
         except SyncFailed:
             raise
+        except self.way.skips as e:  # the class under test decided that no rank loads, on every rank alike
+            self.events.record("skip", reason=str(e))
+            say(f"Not loading: {e}")
+            raise SkippedLoad(str(e)) from e
         except Exception as e:
             self.events.record("load_error", **error_fields(e))
             say(f"Load failed: {type(e).__name__}: {e}")
@@ -116,6 +124,20 @@ class RaceCheckpointIO(TorchCheckpointIO):
         self.loaded = True
         say("Loaded model.")
         return checkpoint
+
+    def save_error(self, epoch: int, e: OSError):
+        self.save_ok = False
+        self.events.record("save_error", epoch=epoch, **error_fields(e))
+        say(f"Save failed: {type(e).__name__}: {e}")
+
+    def write(self, f, data, last: bool, raised: list):
+        """The scenario's write point; an error it raises is kept, so that a save is seen to fail even where the
+        class under test catches the error (the save_error event is recorded once its save returns)."""
+        try:
+            self.faults.write(f, data, last)
+        except OSError as e:
+            raised.append(e)
+            raise
 
     def read(self, path, map_location):
         """The shipped read (TorchCheckpointIO.load_checkpoint), with weights_only=True: no foreign code runs."""
@@ -277,12 +299,18 @@ def own_classes(cfg: dict):
     return ModelCheckpoint, partial(type(f"Race{own.__name__}", (RaceCheckpointIO, own), {}), **kwargs)
 
 
+def rank0_leads_classes(cfg: dict):
+    """fix=rank0_leads: the file users copy (rank0_leads.py), its CheckpointIO observed as a class of yours is."""
+    return ModelCheckpoint, type("RaceRank0LeadsCheckpointIO", (RaceCheckpointIO, Rank0LeadsCheckpointIO), {})
+
+
 @dataclass(frozen=True)
 class Way:
     """How the adapter does one fix: each field one difference from Lightning as shipped (as_shipped)."""
     classes: object = shipped_classes  # classes(cfg): the ModelCheckpoint and CheckpointIO classes used
     broadcast: bool = False  # rank 0 reads, the others get its checkpoint through a collective
     agreed: bool = False  # a failed save is recorded, not raised; rank 0 decides for every rank whether to load
+    skips: tuple = ()  # the errors by which the class under test says that every rank agreed not to load
 
 
 # the dispatch: fix.name -> how the adapter does it (configs/framework/lightning.yaml's not_for says why the
@@ -292,6 +320,7 @@ BY_FIX = {
     "broadcast": Way(broadcast=True),
     "agreed": Way(agreed=True),
     "own": Way(classes=own_classes),
+    "rank0_leads": Way(classes=rank0_leads_classes, skips=(NotLoaded,)),
 }
 
 

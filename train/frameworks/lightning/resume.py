@@ -31,7 +31,8 @@ Seams, all public (no private method is patched):
   ResumeCallback      closes the listing window and records a fresh start (its weights before DDP's broadcast)
 
 Fixes (fix.name): as_shipped (Lightning unmodified), agreed (rank 0 finds the last checkpoint by Lightning's
-rule and every rank resumes from that one: fit(ckpt_path=<rank 0's choice>), train/fixes.rank0_decides). The others
+rule and every rank resumes from that one: fit(ckpt_path=<rank 0's choice>), train/fixes.rank0_decides), rank0_leads
+(the file users copy, rank0_leads.py: rank 0 picks the newest whole last*.ckpt, reads it and sends it). The others
 are n/a (configs/framework/lightning.yaml says why: atomic, manifest and rank0_rotates are there as shipped).
 scenario=cleanup's delete_race needs two ranks deleting one file; Lightning deletes on rank 0 alone, so the fault
 has no second deleter to meet: it is not placed, and the cell measures Lightning's rotation as it is.
@@ -61,6 +62,7 @@ from train.toolkit.errors import error_fields
 from train.toolkit.model import weights_digest
 from train.toolkit.resume import start_attempt
 from train.frameworks.lightning.seams import FaultyFileSystem, quiet, use_faulty_filesystem
+from train.frameworks.lightning.rank0_leads import Rank0LeadsCheckpointIO, rank0_last_checkpoint
 
 
 LAST = re.compile(r"^last(-v?\d+)?\.ckpt$")  # ModelCheckpoint's last checkpoint and its versions (last-v1.ckpt)
@@ -204,7 +206,8 @@ class LightningResume:
         trainer = pl.Trainer(accelerator=self.rank.device.type, devices=cfg["world_size"] // cfg["nnodes"],
                              num_nodes=cfg["nnodes"], strategy=strategy,
                              callbacks=[saver, ResumeCallback(self.rank, self)],
-                             plugins=[ResumeCheckpointIO(self.rank, self)], enable_progress_bar=False,
+                             plugins=[IO_BY_FIX.get(cfg["fix"]["name"], ResumeCheckpointIO)(self.rank, self)],
+                             enable_progress_bar=False,
                              enable_model_summary=False, logger=False, max_epochs=cfg["epochs"],
                              num_sanity_val_steps=0)
 
@@ -234,6 +237,10 @@ class LightningResume:
         start everywhere)."""
         return rank0_decides(self.events, self.newest_last)
 
+    def last_rank0_leads(self):
+        """rank0_leads: the file users copy (rank0_leads.py) has rank 0 choose the newest whole last*.ckpt."""
+        return rank0_last_checkpoint(self.folder)
+
     def see(self, folder: str, paths: list) -> list:
         """The listing of the checkpoint folder as this rank sees it: its last*.ckpt, oldest first by modification
         time, through faults.listing (stale_listing hides the newest from every rank but 0 after a restart)."""
@@ -254,7 +261,11 @@ class LightningResume:
 
 # the dispatch: fix.name -> the ckpt_path that fit(ckpt_path=...) is given (configs/framework/lightning.yaml's
 # not_for says why the other fixes are n/a)
-BY_FIX = {"as_shipped": LightningResume.last_each_rank_finds, "agreed": LightningResume.last_rank0_finds}
+BY_FIX = {"as_shipped": LightningResume.last_each_rank_finds, "agreed": LightningResume.last_rank0_finds,
+          "rank0_leads": LightningResume.last_rank0_leads}
+# fix.name -> the CheckpointIO class, where it is not ResumeCheckpointIO alone: rank0_leads.py's, observed (rank 0
+# reads the resume's checkpoint and sends it; its saves reach their name whole)
+IO_BY_FIX = {"rank0_leads": type("ResumeRank0LeadsCheckpointIO", (ResumeCheckpointIO, Rank0LeadsCheckpointIO), {})}
 
 
 def modified(path: str) -> float:
