@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 from train.report.console import align
+from train.report.rejudge import rejudge
 from train.report.run_records import fix_name, load_summary
 from train.report.runs import write_report
 
@@ -58,6 +59,8 @@ def main(argv=None):
     parser.add_argument("--merge", nargs="+", metavar="NODE_DIR", help="every node's run dir of one multi-node run "
                         "-> one summary.json with one verdict (in --out)")
     parser.add_argument("--out", type=Path, help="where --merge writes (default: runs/merged/<rdzv id>)")
+    parser.add_argument("--rejudge", action="store_true", help="judge DIR's runs again from their events with "
+                        "today's judge (their summary.json rewritten), then rebuild the report")
     args = parser.parse_args(argv)
     if args.merge:
         return merge_main(args.merge, args.out)
@@ -66,6 +69,9 @@ def main(argv=None):
     elif args.dir:
         if not Path(args.dir).is_dir():
             parser.error(f"{args.dir}: not a directory")
+        if args.rejudge:
+            for run, before, after in rejudge(Path(args.dir)):
+                print(f"rejudged {run}: {before} -> {after}")
         print(write_report(args.dir))
     else:
         parser.error("give a run or sweep dir, or --compare RUN_DIR ...")
