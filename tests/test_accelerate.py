@@ -8,7 +8,8 @@ and with its documented fixes, in the cells that tell them apart.
 - no_shared_fs: each node has its own disk; as shipped, node 1 finds no model file (missing); with
   ProjectConfiguration(save_on_each_node=True) each node writes its own copy: clean.
 - save_fails: rank 0's last save raises ENOSPC halfway through the file; as shipped not clean, and the run ends by
-  itself with no process left; agreed: every rank agrees not to load (save_failed).
+  itself with no process left; agreed: every rank agrees not to load (save_failed); atomic: the failed save leaves
+  the older file whole, and a run in which a save failed is never clean (rank 1 read before it began: stale).
 The groups run side by side, each one Hydra multirun (its later jobs fork from a warm forkserver); no_shared_fs,
 whose two node agents each start their own processes, is marked slow.
 """
@@ -24,7 +25,7 @@ ENDS_WITHIN_S = 300  # the groups one fixture starts, together; each takes well 
 GROUPS = {
     "seed": ["scenario=seed", "fix=as_shipped,wait_for_everyone,barrier"],
     "no_shared_fs": ["scenario=no_shared_fs", "fix=as_shipped,save_on_each_node"],
-    "save_fails": ["scenario=save_fails", "fix=as_shipped,agreed"],
+    "save_fails": ["scenario=save_fails", "fix=as_shipped,agreed,atomic"],
 }
 
 
@@ -110,12 +111,35 @@ def test_a_failed_save_is_not_clean_and_the_run_ends_by_itself(runs):
     assert group.rc == 0, group.out[-3000:]
     assert s["status"] == "ok"  # every rank ended on its own, well inside timeout.run_s
     assert s["verdict"] == "race" and s["ranks"][0]["outcome"] == "corrupt"  # rank 0 read its own half file
-    assert s["ranks"][1]["outcome"] in ("loaded", "corrupt")  # the last whole save (epoch 1), or the half file
     assert "rank 0's save failed (OSError: [Errno 28] No space left on device)" in s["explanation"]
     events = events_of(s)
+    began = next(e for e in of(events, "save_start", 0) if e["epoch"] == 2)
+    if of(events, "load_attempt", 1)[0]["t"] < began["t"]:  # the epoch-1 file, found while rank 0 was late
+        assert s["ranks"][1]["outcome"] == "stale"
+    else:  # the half file, or the epoch-1 file in the moment before the failed write began
+        assert s["ranks"][1]["outcome"] in ("loaded", "corrupt")
     failed = of(events, "save_error", 0)
     assert [e["epoch"] for e in failed] == [2] and failed[0]["error_type"] == "OSError"
     assert {e["rank"] for e in of(events, "rank_end")} == {0, 1}
     agreed = group.cell("agreed")
     assert (agreed["verdict"], [r["outcome"] for r in agreed["ranks"]]) == ("save_failed", ["skipped", "skipped"])
     assert not of(events_of(agreed), "load_attempt")  # no rank read the half-written file
+
+
+def test_a_failed_save_with_the_older_file_left_whole_is_never_clean(runs):
+    """atomic: rank 0's last save fails and its temporary file goes, so the epoch-1 file stays whole and both ranks
+    read it. Rank 0 knows its save failed; rank 1 found that file while rank 0 was still late before the last save
+    (skew 1 s), so it read a stale checkpoint, even though the save it did not wait for then failed."""
+    s = runs["save_fails"].cell("atomic")
+    events = events_of(s)
+    began = next(e for e in of(events, "save_start", 0) if e["epoch"] == 2)
+    assert [e["epoch"] for e in of(events, "save_error", 0)] == [2]
+    assert s["verdict"] == "race", s["explanation"]  # never clean: a save failed
+    assert s["explanation"].startswith("race: rank 0's save failed (OSError: [Errno 28] No space left on device)")
+    assert s["ranks"][0]["outcome"] == "loaded" and s["replicas"] == "agree"  # the epoch-1 file, on both
+    if of(events, "load_attempt", 1)[0]["t"] < began["t"]:  # as it does unless rank 1 stalled past the skew
+        assert s["ranks"][1]["outcome"] == "stale"
+        assert s["ranks"][1]["detail"].startswith("loaded the epoch-1 save, read ")
+        assert s["ranks"][1]["detail"].endswith("before rank 0's save of epoch 2 began; that save then failed")
+    else:
+        assert "rank 1 never said the save failed" in s["explanation"]
