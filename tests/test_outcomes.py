@@ -284,6 +284,10 @@ def test_a_rank_that_failed_after_its_load_is_never_loaded_and_the_run_never_cle
     assert timed_out.explanation == ("race: rank 0 timed out (after its load, trainer.validate: RuntimeError: Timed "
                                      "out waiting 10000ms for send operation)")  # no wait of a sync of its own
 
+    closed = after(ev(13, 0, "train_error", what="trainer.validate", error_type="RuntimeError", timed_out=False,
+                      message="Application timeout caused pair closure"))  # gloo's other words for a timeout
+    assert closed.ranks[0].outcome == "timeout" and closed.verdict == "race"
+
     raised = after(ev(13, 1, "train_error", what="trainer.validate", error_type="RuntimeError", timed_out=False,
                       message="boom"))
     assert (raised.verdict, raised.ranks[1].outcome) == ("error", "error")

@@ -53,9 +53,11 @@ def _broken(rank, failed, events, failures) -> tuple:
     load (train_error{what}): timed out, broken by a peer's death, an interrupt or peers that had given up, or
     its own error."""
     how = failed.get("how") or failed.get("what") or "sync"
-    if failed.get("timed_out"):
-        if failed["event"] == "sync_error":
-            return "timeout", _timeout_detail(events, failed, rank)
+    if failed["event"] == "sync_error" and failed.get("timed_out"):
+        return "timeout", _timeout_detail(events, failed, rank)
+    # a framework's collective after the load: gloo says "Timed out waiting ..." or, on the other side of a pair
+    # that timed out, "Application timeout caused pair closure" (error_fields' timed_out misses the second)
+    if failed["event"] == "train_error" and (failed.get("timed_out") or "timeout" in failed["message"].lower()):
         return "timeout", f"{how}: {failed['error_type']}: {short(failed['message'])}"
     peers = sorted({e["failed_rank"] for e in failures} - {rank})
     if peers:  # it broke because a peer died: the peer's failure, not its own
