@@ -300,8 +300,14 @@ def own_classes(cfg: dict):
 
 
 def rank0_leads_classes(cfg: dict):
-    """fix=rank0_leads: the file users copy (rank0_leads.py), its CheckpointIO observed as a class of yours is."""
-    return ModelCheckpoint, type("RaceRank0LeadsCheckpointIO", (RaceCheckpointIO, Rank0LeadsCheckpointIO), {})
+    """fix=rank0_leads: the file users copy (rank0_leads.py), its CheckpointIO observed as a class of yours is, and
+    its collective watched (sync events), as train/fixes.broadcast_read's is."""
+    def broadcast(self, box):
+        if not watched(self.events, "broadcast", lambda: Rank0LeadsCheckpointIO.broadcast(self, box)):
+            raise SyncFailed
+
+    return ModelCheckpoint, type("RaceRank0LeadsCheckpointIO", (RaceCheckpointIO, Rank0LeadsCheckpointIO),
+                                 {"broadcast": broadcast})
 
 
 @dataclass(frozen=True)

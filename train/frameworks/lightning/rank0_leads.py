@@ -81,11 +81,8 @@ class Rank0LeadsCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path, map_location=None, weights_only=None):
         """Every rank: rank 0 decides and reads (weights_only=True, onto the CPU); the others receive."""
-        box = [None]
-        if rank() == 0:
-            box = [self.decide_and_read(os.path.abspath(path))]
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            dist.broadcast_object_list(box, src=0)
+        box = [self.decide_and_read(os.path.abspath(path)) if rank() == 0 else None]
+        self.broadcast(box)
         if "why_not" in box[0]:
             raise NotLoaded(box[0]["why_not"])
         return box[0]["checkpoint"]
@@ -98,6 +95,11 @@ class Rank0LeadsCheckpointIO(TorchCheckpointIO):
             return {"checkpoint": super().load_checkpoint(path, map_location="cpu", weights_only=True)}
         except Exception as e:  # noqa: BLE001 (whatever the read raised, every rank is told the same)
             return {"why_not": f"rank 0 could not read {os.path.basename(path)} ({type(e).__name__}: {e})"}
+
+    def broadcast(self, box: list):
+        """Rank 0's box[0] to every rank: this class's one collective (a subclass may observe it here)."""
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.broadcast_object_list(box, src=0)
 
     def remove_checkpoint(self, path):
         if rank() == 0:

@@ -55,7 +55,7 @@ from pytorch_lightning.plugins import TorchCheckpointIO
 from pytorch_lightning.strategies import DDPStrategy
 from torch.utils.data import DataLoader, TensorDataset
 
-from train.fixes import SyncFailed, rank0_decides
+from train.fixes import SyncFailed, rank0_decides, watched
 from train.toolkit.rank import Rank, checkpoint_dir, say
 from train.toolkit.model import digits_split, small_cnn
 from train.toolkit.errors import error_fields
@@ -99,6 +99,8 @@ class ResumeCheckpointIO(TorchCheckpointIO):
         self.events.record("load_attempt", path=str(path), bytes=size)
         try:
             checkpoint = super().load_checkpoint(path, map_location="cpu", weights_only=True)
+        except SyncFailed:  # rank0_leads' collective (recorded)
+            raise
         except Exception as e:
             self.events.record("load_error", path=str(path), **error_fields(e))
             say(f"Resume from {Path(path).name} failed: {type(e).__name__}: {e}")
@@ -238,8 +240,12 @@ class LightningResume:
         return rank0_decides(self.events, self.newest_last)
 
     def last_rank0_leads(self):
-        """rank0_leads: the file users copy (rank0_leads.py) has rank 0 choose the newest whole last*.ckpt."""
-        return rank0_last_checkpoint(self.folder)
+        """rank0_leads: the file users copy (rank0_leads.py) has rank 0 choose the newest whole last*.ckpt (its
+        collective watched, as agreed's)."""
+        chosen = {}
+        if not watched(self.events, "agree", lambda: chosen.update(path=rank0_last_checkpoint(self.folder))):
+            raise SyncFailed
+        return chosen["path"]
 
     def see(self, folder: str, paths: list) -> list:
         """The listing of the checkpoint folder as this rank sees it: its last*.ckpt, oldest first by modification
@@ -263,9 +269,18 @@ class LightningResume:
 # not_for says why the other fixes are n/a)
 BY_FIX = {"as_shipped": LightningResume.last_each_rank_finds, "agreed": LightningResume.last_rank0_finds,
           "rank0_leads": LightningResume.last_rank0_leads}
+
+
+def watched_broadcast(self, box: list):
+    """rank0_leads.py's collective (Rank0LeadsCheckpointIO.broadcast), between sync events."""
+    if not watched(self.events, "broadcast", lambda: Rank0LeadsCheckpointIO.broadcast(self, box)):
+        raise SyncFailed
+
+
 # fix.name -> the CheckpointIO class, where it is not ResumeCheckpointIO alone: rank0_leads.py's, observed (rank 0
 # reads the resume's checkpoint and sends it; its saves reach their name whole)
-IO_BY_FIX = {"rank0_leads": type("ResumeRank0LeadsCheckpointIO", (ResumeCheckpointIO, Rank0LeadsCheckpointIO), {})}
+IO_BY_FIX = {"rank0_leads": type("ResumeRank0LeadsCheckpointIO", (ResumeCheckpointIO, Rank0LeadsCheckpointIO),
+                                  {"broadcast": watched_broadcast})}
 
 
 def modified(path: str) -> float:
