@@ -2,10 +2,11 @@
 race rate, dominant verdict and outcome, and n/a; the report's rows, groups and table; the console table.
 What a cell's label says is left to the label's own tests (its wording may grow counts and intervals)."""
 import json
+import re
 
 import pytest
 
-from train.report.matrix import FIX_ORDER, SCENARIO_ORDER, _order, build, cell
+from train.report.matrix import FIX_ORDER, FRAMEWORK_ORDER, SCENARIO_ORDER, _order, build, cell, cited
 from train.report.matrix_files import scenario_references
 from train.judge.vocabulary import OUTCOMES
 from train.report.rates import share
@@ -95,16 +96,34 @@ def test_order_puts_known_names_first_then_the_rest_alphabetically():
     assert SCENARIO_ORDER[0] == "seed" and FIX_ORDER[0] == "as_shipped"
 
 
-def test_each_scenario_cites_its_reports_once_in_order(tmp_path):
+FRAMEWORK_REPOS = {"fastai": "fastai", "lightning": "lightning", "transformers": "transformers",
+                   "accelerate": "accelerate"}  # a report in one of these repos is about that framework alone
+
+
+def test_each_scenario_cites_the_reports_of_the_framework_shown_or_none(tmp_path):
     refs = scenario_references(CONFIGS)
-    assert refs["disagree"] == "transformers#40923, Lightning#5155"
-    assert refs["seed"] == "fastai#2393"
     assert set(refs) == {p.stem for p in (CONFIGS / "scenario").glob("*.yaml")}
+    assert cited(refs, "seed", "fastai") == "fastai#2393"
+    assert cited(refs, "seed", "lightning") == ""  # fastai#2393 is fastai's, never Lightning's
+    assert cited(refs, "disagree", "lightning") == "Lightning#5155"
+    assert cited(refs, "disagree", "transformers") == "transformers#40923"
+    assert cited(refs, "no_shared_fs", "lightning") == "Lightning#8599, Lightning#18812, DeepSpeed#2319"  # all's last
+    assert cited(refs, "save_fails", "accelerate") == "pytorch#77091, Megatron-LM#367"
+    for scenario, by in refs.items():
+        assert set(by) <= {*FRAMEWORK_ORDER, "all"}, scenario
+        for framework, reports in by.items():
+            assert reports and all(re.fullmatch(r"[\w./-]+#\d+", r) for r in reports), (scenario, reports)
+            for report in reports:  # a framework's own repo is cited for that framework alone
+                about = FRAMEWORK_REPOS.get(report.split("#")[0].rsplit("/", 1)[-1].lower())
+                assert about in (None, framework), (scenario, framework, report)
     (tmp_path / "scenario").mkdir()
-    (tmp_path / "scenario/x.yaml").write_text("# @package _global_\n#XLA#1 and b-c.d#22, XLA#1 again\n"
-                                              "# e_f#3\n# g#4\n# h#5\nkey: i#6\n# j#7 (after a key: past the opening)\n")
-    (tmp_path / "scenario/y.yaml").write_text("# @package _global_\nkey: 1  # z#9\n")
-    assert scenario_references(tmp_path) == {"x": "XLA#1, b-c.d#22, e_f#3, g#4, h#5", "y": ""}
+    (tmp_path / "scenario/x.yaml").write_text("# @package _global_\n# fastai#1 in a comment is not cited\n"
+                                              "reproduces:\n  all: [a#1, b#2]\n  fastai: [fastai#3, a#1]\n")
+    (tmp_path / "scenario/y.yaml").write_text("# @package _global_\n# z#9\nskew:\n  seconds: 1\n")
+    (tmp_path / "scenario/z.yaml").write_text("# @package _global_\n")
+    refs = scenario_references(tmp_path)
+    assert [cited(refs, "x", "fastai"), cited(refs, "x", "lightning")] == ["fastai#3, a#1, b#2", "a#1, b#2"]
+    assert cited(refs, "y", "fastai") == cited(refs, "z", "fastai") == cited(refs, "nope", "fastai") == ""
 
 
 # --- the report: a row per run, the groups, the table -----------------------------------------------------
@@ -249,10 +268,13 @@ def test_several_frameworks_give_a_grid_each_without_their_all_n_a_columns():
     cells = build(rows)
     assert [(c["framework"], c["fix"]) for c in cells] == [("fastai", "unsynced"), ("lightning", "as_shipped"),
                                                             ("lightning", "unsynced")]
-    fastai, lightning = markdown(cells, {"seed": "fastai#2393"}).split("\n\n### ")
+    fastai, lightning = markdown(cells, {"seed": {"fastai": ["fastai#2393"], "all": ["x#1"]}}).split("\n\n### ")
     assert fastai.startswith("### fastai\n") and "| scenario (reproduces) | unsynced |" in fastai
     assert lightning.startswith("lightning\n")
     assert "| scenario (reproduces) | as_shipped |\n" in lightning  # its unsynced column is n/a all the way down
+    assert "| **seed** (fastai#2393, x#1) |" in fastai and "| **seed** (x#1) |" in lightning  # each its own reports
+    one = markdown([c for c in cells if c["framework"] == "lightning"], {})
+    assert one.startswith("### lightning\n") and "| **seed** |" in one  # one framework is named too
 
 
 def test_why_a_record_could_not_be_used_in_a_few_words():

@@ -126,7 +126,7 @@ def test_the_page_escapes_what_runs_wrote():
     rows = made_rows("0-run")
     runs = [{"scenario": "seed", "fix": "unsynced", "job": "0-run", "verdict": "race", "explanation": NASTY,
              "wall_s": 2.5, "skew_s": 1.0, "repeat": 0, "summary": None, "logs": None, "timeline": None}]
-    text = page("<b>sweep</b>", build(rows), runs, {"seed": "fastai#2393"})
+    text = page("<b>sweep</b>", build(rows), runs, {"seed": {"fastai": ["fastai#2393"]}})
     assert text.count("</script>") == 2 and text.count("<script") == 2  # the page's own two
     assert "<b>" not in text and "<img" not in text and "<!--" not in text
     assert "&lt;b&gt;sweep&lt;/b&gt;" in text
@@ -136,7 +136,7 @@ def test_a_cell_lists_text_from_runs_as_text_and_odd_dir_names_as_links(tmp_path
     root = tmp_path / "sweep"
     job = "0-odd name #1?%20"  # a space, a fragment, a query and a percent sign: each must be quoted
     rows = made_sweep(root, job, NASTY)
-    write_html(root, build(rows), rows, {"seed": "fastai#2393"})
+    write_html(root, build(rows), rows, {"seed": {"fastai": ["fastai#2393"]}})
     tab, errors = open_page(browser, root / "matrix.html")
 
     assert tab.locator("button.cell").count() == 3
@@ -165,14 +165,19 @@ def test_with_several_frameworks_a_selector_picks_the_grid(tmp_path, browser):
     (root / lightning["job"]).mkdir()
     (root / lightning["job"] / "summary.json").write_text(json.dumps({"explanation": "lightning's run"}))
     rows.append(lightning)
-    write_html(root, build(rows), rows, {})
+    write_html(root, build(rows), rows, {"seed": {"fastai": ["fastai#2393"]}})
     tab, errors = open_page(browser, root / "matrix.html")
 
+    assert tab.locator("h1").inner_text() == "Scenario x fix: fastai and lightning (sweep)"
     select = tab.locator("select#framework")
     assert select.is_visible()
     assert select.locator("option").all_inner_texts() == ["fastai", "lightning"]
     assert tab.locator("button.cell").count() == 3  # fastai: seed x unsynced, seed x dcp (n/a), torn x dcp
+    assert "in fastai:" in tab.locator("#title").inner_text()
+    assert tab.locator("th.scenario small").all_inner_texts() == ["fastai#2393"]
     select.select_option("lightning")
+    assert "in lightning:" in tab.locator("#title").inner_text()
+    assert tab.locator("th.scenario small").count() == 0  # fastai's report is not Lightning's
     cells = tab.locator("button.cell")
     assert cells.count() == 1 and cells.get_attribute("data-fix") == "as_shipped"
     cells.click()

@@ -165,14 +165,16 @@ def matrix_cells(n_scenarios, n_fixes) -> list:
 
 @pytest.mark.parametrize("grid", [(1, 1), (2, 2), (2, 1), (1, 8), (8, 1), (8, 8), (10, 12)])
 def test_the_matrix_title_and_legend_fit_any_grid(tmp_path, grid):
-    from train.report.matrix import TITLE, matrix_figure, plot
+    from train.report.matrix import matrix_figure, plot
+    from train.report.matrix import title as matrix_title
 
     cells = matrix_cells(*grid)
     fig = matrix_figure(cells)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     title, key, ax = fig._suptitle, fig.legends[0], fig.axes[0]
-    assert words(title.get_text()) == TITLE  # wrapped over lines, never cut
+    assert words(title.get_text()) == matrix_title(cells)  # wrapped over lines, never cut
+    assert "in fastai:" in matrix_title(cells)  # the framework is named
     assert inside(fig, title) and inside(fig, key)
     assert all(inside(fig, t) for t in ax.get_xticklabels() + ax.get_yticklabels())
     grid_box = ax.get_tightbbox(renderer)  # the cells with the scenario and fix names

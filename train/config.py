@@ -135,10 +135,10 @@ class FrameworkConfig:
     own_class_kinds: List[str] = key(["train.frameworks.fastai.callbacks.RaceSaveModelCallback"],
                                      "with fix=own, the class named by fix._target_ must subclass one of "
                                      "these (set by each framework)")
-
-
     as_shipped_fix: str = key("barrier", "the fix a run gets when framework= is given and fix= is not: the "
                                          "framework's code as shipped (set by each framework)")
+
+
 @dataclass
 class DigitsData:
     name: str = key("digits", "scikit-learn's bundled 8x8 digits (offline), a stand-in for MNIST_SAMPLE")
@@ -179,20 +179,24 @@ class TrainConfig:
     not_for: Dict[str, str] = key({}, "fixes (or frameworks) a scenario does not apply to, and fixes a framework "
                                       "has no seam for, each with the reason (set by scenarios and frameworks); "
                                       "<workload>/<fix> for one workload only")
+    reproduces: Dict[str, List[str]] = key({}, "the public reports a scenario reproduces (repo#number), per framework "
+                                               "they are about; all: those about every framework, torch's own "
+                                               "among them (set by each scenario; each framework's matrix cites "
+                                               "its own and all's)")
     skew: SkewConfig = group(SkewConfig, "who is late at the last save, and how")
     fault: FaultConfig = group(FaultConfig, "faults placed on purpose at named points (train/faults.py)")
     checkpoint: CheckpointConfig = group(CheckpointConfig, "the file under test")
     timeout: TimeoutConfig = group(TimeoutConfig, "no wait lasts longer")
     launch: LaunchConfig = group(LaunchConfig, "how the ranks start")
     rdzv: RdzvConfig = group(RdzvConfig, "where the ranks meet")
+    check: CheckConfig = group(CheckConfig, "race-lab check: your setup, which narrows the scenarios, and how often "
+                                            "each runs")
     framework: FrameworkConfig = group(FrameworkConfig, "the framework under test (a config group)")
     fix: FixConfig = field(default_factory=FixConfig, metadata={"doc": "the fix: how the ranks sync (a config group)"})
     data: Any = field(default="???", metadata={"doc": "the data set (a config group)"})  # ???: set by the group
 
 
 def register():
-    check: CheckConfig = group(CheckConfig, "race-lab check: your setup, which narrows the scenarios, and how often "
-                                            "each runs")
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     for name, cls in DATA.items():
@@ -209,11 +213,11 @@ class ConfigError(ValueError):
 
 
 def _kind(tp):
-    """(python types accepted, words for the message, element type for lists)."""
+    """(python types accepted, words for the message, element type for lists and value type for mappings)."""
     if get_origin(tp) is list:
         return list, "a list", get_args(tp)[0]
     if get_origin(tp) is dict:
-        return dict, "a mapping", None
+        return dict, "a mapping", get_args(tp)[1]  # of keys (strings) to values of this type
     args = [a for a in get_args(tp) if a is not type(None)]
     base = args[0] if args else tp
     return {int: (int, "an integer", None), float: ((int, float), "a finite number", None),
@@ -223,7 +227,9 @@ def _kind(tp):
 def describe(meta: dict, tp) -> str:
     """'must be ...' for a key, from its schema entry."""
     _, words, item = _kind(tp)
-    if meta.get("choices"):
+    if get_origin(tp) is dict:
+        text = words if item in (str, Any) else f"{words} to {_kind(item)[1].removeprefix('a ')}s of strings"
+    elif meta.get("choices"):
         text = ("a list, each one of " if item is not None else "one of ") + ", ".join(meta["choices"])
     else:
         if item is not None:
@@ -259,10 +265,11 @@ def _check_value(path, value, tp, meta):
     accepted, _, item = _kind(tp)
     if accepted is list:
         ok = isinstance(value, list) and value and all(_ok_scalar(v, item, meta) for v in value)
-    elif accepted is dict:
-        values = get_args(tp)[1]  # fix.kwargs: any values
-        ok = isinstance(value, dict) and all(isinstance(k, str) and (values is Any or isinstance(v, str))
-                                             for k, v in value.items())
+    elif accepted is dict:  # a string to each key (not_for), or a list of strings (reproduces)
+        ok = isinstance(value, dict) and all(
+            isinstance(k, str) and (item is Any or isinstance(v, str) if item in (str, Any) else
+                                    isinstance(v, list) and all(isinstance(x, str) for x in v))
+            for k, v in value.items())
     else:
         ok = _ok_scalar(value, tp, meta)
     if not ok:

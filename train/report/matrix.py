@@ -20,7 +20,7 @@ FIX_ORDER = ["as_shipped", "unsynced", "in_place", "barrier", "wait_for_everyone
 FRAMEWORK_ORDER = ["fastai", "lightning", "transformers", "accelerate", "torch_loop"]
 COLOURS = {"clean": "#a1d99b", "save_failed": "#9ecae1", "race": "#fc9272", "error": "#bdbdbd",
            "interrupted": "#bdbdbd", "n/a": "#f0f0f0", "crashed": "#bdbdbd"}
-TITLE = "What every rank ended up with: scenario (what goes wrong) x fix"
+TITLE = "What every rank ended up with in {frameworks}: scenario (what goes wrong) x fix"
 EXPLAINED = ("Each cell: the dominant verdict, as how many of the runs that gave a verdict had it and its 95% "
              "Wilson interval (`race 5/5 (57–100%)`: 5 of 5 runs raced; the true rate is 57–100% with 95% "
              "confidence); the race count too when another verdict dominates; then the outcome most ranks had "
@@ -88,6 +88,24 @@ def frameworks(cells: list) -> list:
     return _order({c.get("framework", "fastai") for c in cells}, FRAMEWORK_ORDER)
 
 
+def named(names) -> str:
+    """Frameworks in words: `fastai`, `fastai and lightning`, `fastai, lightning and accelerate`."""
+    names = list(names)
+    return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else "no framework"
+
+
+def title(cells: list) -> str:
+    """The matrix's title, naming the frameworks it shows."""
+    return TITLE.format(frameworks=named(frameworks(cells)))
+
+
+def cited(references: dict, scenario: str, framework: str) -> str:
+    """The reports a scenario reproduces in this framework (its `reproduces` key, train/report/matrix_files.py):
+    those about this framework, then those about every framework; a report about another framework, never."""
+    mine = references.get(scenario) or {}
+    return ", ".join(dict.fromkeys([*mine.get(framework, []), *mine.get("all", [])]))
+
+
 def fixes_shown(cells: list) -> list:
     """The fixes with a cell that ran: a column that is n/a all the way down (a fix this framework has no
     seam for) is left out; its reason stays in matrix.csv."""
@@ -127,17 +145,19 @@ def md_label(c: dict) -> str:
 
 
 def markdown(cells: list, references: dict) -> str:
-    """The grid as a markdown table; with several frameworks, a table for each under its name."""
-    names = frameworks(cells)
-    if len(names) > 1:
-        return "\n\n".join(f"### {name}\n\n" + markdown([c for c in cells if c.get("framework", "fastai") == name],
-                                                          references) for name in names)
+    """The grid as a markdown table under its framework's name, a table for each framework; each scenario
+    cites the reports it reproduces in that framework (references: train/report/matrix_files.py's)."""
+    return "\n\n".join(f"### {name}\n\n" + grid([c for c in cells if c.get("framework", "fastai") == name],
+                                                  references, name) for name in frameworks(cells))
+
+
+def grid(cells: list, references: dict, framework: str) -> str:
     fixes = fixes_shown(cells)
     scenarios = scenarios_shown(cells)
     by = {(c["scenario"], c["fix"]): c for c in cells}
     lines = ["| scenario (reproduces) | " + " | ".join(fixes) + " |", "| --- |" + " --- |" * len(fixes)]
     for s in scenarios:
-        ref = f" ({references[s]})" if references.get(s) else ""
+        ref = f" ({cited(references, s, framework)})" if cited(references, s, framework) else ""
         row = [md_label(by[(s, f)]) if (s, f) in by else "" for f in fixes]
         lines.append(f"| **{s}**{ref} | " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -178,8 +198,8 @@ def matrix_figure(cells: list):
         side.set_visible(False)
     present = [v for v in COLOURS if v in {c["verdict"] for c in cells}]
     key = figures.legend(fig, [Patch(color=COLOURS[v], label=v) for v in present], fontsize=8)
-    title = fig.suptitle(figures.wrap(fig, TITLE, fontsize=10), fontsize=10)
-    figures.grow_to_fit(fig, 0.5 + 0.85 * len(rows), title, key)  # the cells and the fix names, then title and legend
+    title_text = fig.suptitle(figures.wrap(fig, title(cells), fontsize=10), fontsize=10)
+    figures.grow_to_fit(fig, 0.5 + 0.85 * len(rows), title_text, key)  # the cells and the fix names, then title and legend
     return fig
 
 

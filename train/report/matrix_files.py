@@ -2,21 +2,25 @@
 import csv
 from pathlib import Path
 
-from train.report.matrix import EXPLAINED, FIELDS, build, markdown, plot
+import yaml
+
+from train.report.matrix import (
+    EXPLAINED,
+    FIELDS,
+    build,
+    frameworks,
+    markdown,
+    named,
+    plot,
+)
 
 
 def scenario_references(configs: Path) -> dict:
-    """Each scenario file's public report(s), from its opening comment (the lines after `# @package _global_`,
-    up to the first that is not a comment): 'repo#number' mentions."""
-    import itertools
-    import re
-
+    """scenario -> framework (or all) -> the public reports it reproduces there, from each scenario file's
+    `reproduces` key (train/config.py); a file without one cites none."""
     refs = {}
     for f in sorted(configs.glob("scenario/*.yaml")):
-        opening = itertools.takewhile(lambda line: line.startswith("#"), f.read_text().splitlines()[1:])
-        comment = " ".join(line.lstrip("# ") for line in opening)
-        found = re.findall(r"[\w.-]+#\d+", comment)
-        refs[f.stem] = ", ".join(dict.fromkeys(found))
+        refs[f.stem] = (yaml.safe_load(f.read_text()) or {}).get("reproduces") or {}
     return refs
 
 
@@ -32,7 +36,7 @@ def write_matrix(root: Path, rows: list, configs: Path) -> str:
     references = scenario_references(configs)
     table = markdown(cells, references)
     (root / "matrix.md").write_text(
-        f"# Scenario x fix: {root.name}\n\n{table}\n\n{EXPLAINED}\n\n![matrix](matrix.png)\n", encoding="utf-8")
+        f"# Scenario x fix: {named(frameworks(cells))} ({root.name})\n\n{table}\n\n{EXPLAINED}\n\n![matrix](matrix.png)\n", encoding="utf-8")
     plot(cells, root / "matrix.png")
     write_html(root, cells, rows, references)
     return table

@@ -15,11 +15,13 @@ from urllib.parse import quote
 from train.report.matrix import (
     COLOURS,
     EXPLAINED,
-    TITLE,
+    cited,
     fixes_shown,
     frameworks,
     label,
+    named,
     scenarios_shown,
+    title,
 )
 
 NO_SUMMARY = "no summary.json: the job died before it recorded a verdict"
@@ -45,16 +47,17 @@ def run_entry(root: Path, row: dict) -> dict:
 
 def page_data(cells: list, runs: list, references: dict) -> dict:
     """What the page draws: one grid per framework (a selector picks one when there are several), each
-    cell with its label's lines and its runs."""
+    cell with its label's lines and its runs, each scenario with the reports it reproduces in that framework."""
     grids = []
     for framework in frameworks(cells):
         mine = [c for c in cells if c.get("framework", "fastai") == framework]
-        grids.append({"framework": framework, "scenarios": scenarios_shown(mine),
-                      "fixes": fixes_shown(mine), "references": references,
+        scenarios = scenarios_shown(mine)
+        grids.append({"framework": framework, "title": title(mine), "scenarios": scenarios,
+                      "fixes": fixes_shown(mine), "references": {s: cited(references, s, framework) for s in scenarios},
                       "cells": [{**c, "label": label(c).split("\n"),
                                  "runs": [r for r in runs if (r.get("framework", "fastai"), r["scenario"], r["fix"]) ==
                                           (framework, c["scenario"], c["fix"])]} for c in mine]})
-    return {"title": TITLE, "explained": EXPLAINED.replace("`", ""), "colours": COLOURS, "grids": grids}
+    return {"title": title(cells), "explained": EXPLAINED.replace("`", ""), "colours": COLOURS, "grids": grids}
 
 
 def script_json(data) -> str:
@@ -64,8 +67,9 @@ def script_json(data) -> str:
 
 
 def page(name: str, cells: list, runs: list, references: dict) -> str:
-    fill = {"name": html.escape(name), "data": script_json(page_data(cells, runs, references))}
-    return re.sub(r"\{\{(name|data)\}\}", lambda m: fill[m[1]], PAGE)  # one pass: what is filled in stays as is
+    fill = {"name": html.escape(name), "frameworks": html.escape(named(frameworks(cells))),
+            "data": script_json(page_data(cells, runs, references))}
+    return re.sub(r"\{\{(name|frameworks|data)\}\}", lambda m: fill[m[1]], PAGE)  # one pass: fills stay as is
 
 
 def write_html(root: Path, cells: list, rows: list, references: dict):
@@ -80,7 +84,7 @@ PAGE = """<!doctype html>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Scenario x fix: {{name}}</title>
+<title>Scenario x fix: {{frameworks}} ({{name}})</title>
 <style>
   body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
   table.grid { border-collapse: separate; border-spacing: 3px; }
@@ -101,7 +105,7 @@ PAGE = """<!doctype html>
 </style>
 </head>
 <body>
-<h1>Scenario x fix: {{name}}</h1>
+<h1>Scenario x fix: {{frameworks}} ({{name}})</h1>
 <p id="title"></p>
 <noscript>This page draws the matrix with JavaScript; matrix.md and matrix.csv beside it hold the same table.</noscript>
 <p id="frameworks" hidden><label for="framework">framework </label><select id="framework"></select></p>
@@ -169,11 +173,12 @@ function showRuns(c, button) {
 
 function pickFramework(name) {
   grid = data.grids.find(g => g.framework === name);
+  document.getElementById("title").textContent = grid.title;
   drawGrid();
   document.getElementById("runs").replaceChildren(el("p", {}, "Click a cell to list its runs."));
 }
 
-document.getElementById("title").textContent = data.title;
+document.getElementById("title").textContent = grid.title;
 document.getElementById("explained").textContent = data.explained;
 if (data.grids.length > 1) {
   const select = document.getElementById("framework");

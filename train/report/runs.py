@@ -14,6 +14,7 @@ import yaml
 from train.events import read_events
 from train.judge.vocabulary import OUTCOMES, saves
 from train.report import rates
+from train.report.matrix import frameworks, named
 from train.report.matrix_files import write_matrix
 from train.report.race_vs_skew import plot_race_vs_skew
 from train.report.run_records import find_runs, fix_name, read_summary, unreadable
@@ -129,7 +130,8 @@ def write_report(root, drawn=frozenset()) -> str:
         writer.writerows(rows)
     groups = aggregate(rows)
     table = markdown(groups)
-    (root / "report.md").write_text(f"# Report: {root.name}\n\n{len(rows)} runs.\n\n{table}\n\n"
+    names = named(frameworks(rows))
+    (root / "report.md").write_text(f"# Report: {names} ({root.name})\n\n{len(rows)} runs.\n\n{table}\n\n"
                                     "race rate: how many runs had some rank not load the last checkpoint, "
                                     "out of the runs that gave a verdict, with its 95% Wilson interval "
                                     "(`5/5 (57–100%)`). Not counted: runs that were interrupted, whose harness "
