@@ -1,32 +1,42 @@
-"""fix=own: a checkpoint class of the user's, from outside train/ (examples/my_checkpoints), run through
-the scenarios with real ranks, for fastai (README's worked example, in the fast loop), Lightning and the Trainer
-(slow: each its own sweep, whose forkserver imports the framework); a class that does not import or is of the
-wrong kind is refused in one line before any rank starts (the check itself, then once through the command line)."""
+"""fix=own: a checkpoint class of the user's, from outside train/ (examples/my_checkpoints, copied into a folder
+of the user's), run with the race-lab command from that folder without PYTHONPATH, through the scenarios with real
+ranks: for fastai (README's worked example, in the fast loop), Lightning (pytorch_lightning, and lightning.pytorch
+with a constructor argument from fix.kwargs) and the Trainer (slow: each its own sweep, whose forkserver imports the
+framework); a class that does not import, is of the wrong kind or cannot be built is refused in one line before any
+rank starts (the check itself, then once through the command line)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, side_by_side, sweep_command
+from conftest import ROOT, side_by_side
 
 EXAMPLE = "my_checkpoints.fastai_marker.MarkerSaveModelCallback"
 USER_PATH = {"PYTHONPATH": str(ROOT / "examples")}  # the user's package, outside this repository's train/
-EXAMPLES = {  # framework -> (the class, the scenarios it runs through)
-    "fastai": (EXAMPLE, "scenario=seed,torn,stale"),
-    "lightning": ("my_checkpoints.lightning_io.PatientCheckpointIO", "scenario=seed,stale,save_fails"),
-    "transformers": ("my_checkpoints.trainer_callback.SayBest", "scenario=seed,stale,save_fails"),
+RACE_LAB = str(Path(sys.executable).parent / "race-lab")  # the command (pyproject.toml's script) beside this python
+LIGHTNING_PYTORCH = "my_checkpoints.lightning_pytorch_io.PatientCheckpointIO"  # written against lightning.pytorch
+EXAMPLES = {  # name -> (framework, the class, the scenarios it runs through, more overrides)
+    "fastai": ("fastai", EXAMPLE, "scenario=seed,torn,stale"),
+    "lightning": ("lightning", "my_checkpoints.lightning_io.PatientCheckpointIO", "scenario=seed,stale,save_fails"),
+    "lightning_pytorch": ("lightning", LIGHTNING_PYTORCH, "scenario=seed,stale,save_fails", "+fix.kwargs.wait_s=5"),
+    "transformers": ("transformers", "my_checkpoints.trainer_callback.SayBest", "scenario=seed,stale,save_fails"),
 }
 
 
-def run_examples(root, frameworks) -> dict:
-    """framework -> scenario -> (summary.json, job dir): these examples' sweeps, side by side, each run from
-    a folder outside the repository as a user runs it."""
+def run_examples(root, names) -> dict:
+    """name -> scenario -> (summary.json, job dir): these examples' sweeps, side by side, each run as a user runs
+    it: `race-lab -m ...` from their own folder, which holds their package (a copy of examples/my_checkpoints), with
+    no PYTHONPATH."""
+    shutil.copytree(ROOT / "examples" / "my_checkpoints", root / "my_checkpoints")
     launches = side_by_side(root, {
-        name: sweep_command(root / name, f"framework={name}", scenarios, "fix=own", f"fix._target_={target}",
-                            "world_size=2") for name, (target, scenarios) in EXAMPLES.items() if name in frameworks},
-        deadline_s=420, cwd=root, env=USER_PATH)
+        name: ([RACE_LAB, "-m", f"framework={framework}", scenarios, "fix=own", f"fix._target_={target}",
+                "world_size=2", *more, f"hydra.sweep.dir={root / name}"], root / name)
+        for name, (framework, target, scenarios, *more) in EXAMPLES.items() if name in names},
+        deadline_s=600, cwd=root, env={"PYTHONPATH": ""})
     out = {}
     for name, launch in launches.items():
         assert launch.rc == 0, launch.out[-3000:]
@@ -42,8 +52,8 @@ def examples(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def other_examples(tmp_path_factory) -> dict:
-    """Lightning's and the Trainer's, side by side."""
-    return run_examples(tmp_path_factory.mktemp("own_others"), ["lightning", "transformers"])
+    """Lightning's (pytorch_lightning's and lightning.pytorch's) and the Trainer's, side by side."""
+    return run_examples(tmp_path_factory.mktemp("own_others"), ["lightning", "lightning_pytorch", "transformers"])
 
 
 def verdicts(jobs) -> dict:
@@ -76,6 +86,21 @@ def test_a_lightning_checkpoint_io_of_your_own_runs_through_three_scenarios(othe
 
 
 @pytest.mark.slow
+def test_a_lightning_pytorch_checkpoint_io_of_your_own_runs_under_its_trainer_with_its_kwargs(other_examples):
+    """A TorchCheckpointIO written against the lightning package (lightning.pytorch), whose constructor needs
+    wait_s (+fix.kwargs.wait_s=5): lightning.pytorch's Trainer runs it (pytorch_lightning's refuses a plugin of the
+    other copy), built with wait_s on every rank; the console and the report name the class."""
+    jobs = other_examples["lightning_pytorch"]
+    assert verdicts(jobs) == {"seed": "clean", "stale": "clean", "save_fails": "race"}
+    for rank in (0, 1):
+        assert "PatientCheckpointIO (lightning.pytorch, wait_s=5): loading best.ckpt" in \
+               rank_logs(jobs["seed"][1], rank)
+    seed = jobs["seed"][1]
+    assert "fix=own (PatientCheckpointIO) framework=lightning" in (seed / "console.log").read_text()
+    assert "| seed | lightning:own (PatientCheckpointIO) |" in (seed.parent / "report.md").read_text()
+
+
+@pytest.mark.slow
 def test_a_trainer_callback_of_your_own_runs_through_three_scenarios(other_examples):
     jobs = other_examples["transformers"]
     assert verdicts(jobs) == {"seed": "clean", "stale": "clean", "save_fails": "race"}
@@ -95,14 +120,22 @@ REFUSED = [
                                           "train.frameworks.fastai.callbacks.RaceSaveModelCallback"),
     ("fastai", "my_checkpoints.fastai_marker", "is a module, not a class"),
     ("lightning", EXAMPLE, "is a class of another kind, not a subclass of pytorch_lightning.plugins.TorchCheckpointIO "
-                           "or pytorch_lightning.callbacks.ModelCheckpoint"),  # fastai's, where Lightning runs
+                           "or pytorch_lightning.callbacks.ModelCheckpoint or lightning.pytorch.plugins.TorchCheckpointIO "
+                           "or lightning.pytorch.callbacks.ModelCheckpoint"),  # fastai's, where Lightning runs
+    ("lightning", LIGHTNING_PYTORCH, "cannot be built: missing a required argument: 'wait_s' "
+                                     "(give it with +fix.kwargs.wait_s=VALUE)"),  # no fix.kwargs
+    ("lightning", f"{LIGHTNING_PYTORCH} +fix.kwargs.wait_s=-1",
+     "cannot be built (ValueError: wait_s must be >= 0, not -1)"),  # its constructor raises
 ]
 
 
 @pytest.mark.parametrize("framework, target, says", REFUSED)
 def test_a_class_that_does_not_import_or_is_of_the_wrong_kind_is_refused(monkeypatch, framework, target, says):
     """The launcher's check (train/launch/own_class.py, which preflight calls for fix=own), in this process:
-    it imports the class in a child process, which finds the user's package on PYTHONPATH."""
+    it imports the class in a child process, which finds the user's package on PYTHONPATH, and builds it with
+    fix.kwargs (a class built from them alone) or binds them to its constructor (one built from race-lab's
+    objects too)."""
+    target, *more = target.split()
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
@@ -111,7 +144,7 @@ def test_a_class_that_does_not_import_or_is_of_the_wrong_kind_is_refused(monkeyp
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = OmegaConf.to_container(compose(config_name="train", overrides=[
-            "fix=own", f"fix._target_={target}", f"framework={framework}"]))
+            "fix=own", f"fix._target_={target}", f"framework={framework}", *more]))
     monkeypatch.setenv("PYTHONPATH", USER_PATH["PYTHONPATH"])
     with pytest.raises(ConfigError) as refused:
         check_own_class(cfg)

@@ -67,7 +67,7 @@ if not positional and not keywords:
 """
 
 
-def check_own_class(cfg: dict, timeout_s: float = 300):
+def check_own_class(cfg: dict, timeout_s: float = 600):
     """Raise ConfigError unless fix._target_ names a class of one of the framework's kinds that can be built
     with fix.kwargs."""
     target, kinds, kwargs = cfg["fix"]["_target_"], cfg["framework"]["own_class_kinds"], cfg["fix"]["kwargs"]
