@@ -11,7 +11,13 @@ from tests.conftest import ROOT, tagged_env
 from train.config import ConfigError
 from train.launch.check import plan_check
 from train.report.check_card import card, last_line, result
-from train.report.measured import advice, holds_with, holds_with_run, read_measured, recommended
+from train.report.measured import (
+    advice,
+    holds_with,
+    holds_with_run,
+    read_measured,
+    recommended,
+)
 
 FIELDS = ["framework", "scenario", "fix", "counted", "races", "not_counted"]
 
@@ -85,6 +91,9 @@ def test_the_setup_leaves_out_the_scenarios_it_cannot_meet_and_an_na_cell_counts
     assert "no_shared_fs" in left and "check.disks=shared" in left["no_shared_fs"]
     assert "crash_mid_save" in left and "cannot happen in fastai" in left["crash_mid_save"]
     assert ran["torn"] and ran["seed"] is None  # dcp's n/a cell on torn counts against it, seed runs
+    plan = plan_check(["framework=torch_loop"])  # resumes only: the load-best scenarios cannot happen there
+    assert [s["name"] for s in plan["scenarios"]] == ["crash_mid_save", "pointer_first", "cleanup", "resume_disagree"]
+    assert plan["fix"] == "in_place"
     plan = plan_check(["framework=lightning", "fix=as_shipped", "check.restarts=false"])
     assert "check.restarts=false" in {s["name"]: s["why"] for s in plan["left_out"]}["crash_mid_save"]
     assert {s["name"] for s in plan["scenarios"]} >= {"seed", "save_fails", "no_shared_fs"}
@@ -93,6 +102,8 @@ def test_the_setup_leaves_out_the_scenarios_it_cannot_meet_and_an_na_cell_counts
 @pytest.mark.parametrize("argv, says", [
     (["framework=lightning", "fix=unsynced"], "this runs: race-lab check framework=lightning fix=as_shipped"),
     (["framework=fastai", "fix=own"], "fix=own: give the class to test"),
+    (["framework=fastai", "world_size=3"], ("world_size=3: must be a multiple of nnodes=2 (the same ranks on each "
+                                            "node) (in scenario=no_shared_fs, which the check runs)")),
 ])
 def test_input_that_cannot_work_is_refused_before_any_rank(argv, says):
     with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")):
@@ -124,3 +135,13 @@ def test_fastai_as_shipped_is_unsafe_and_the_card_names_the_fix(tmp_path):
     assert done.stdout.strip().splitlines()[-2].startswith("unsafe: raced in ")
     assert (out / "check.md").exists() and (out / "check.html").exists()
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_a_race_says_what_holds_it_in_its_framework_as_measured(tmp_path):
+    write_measured(tmp_path, [("lightning", "no_shared_fs", "broadcast", 5, 0, 0),
+                              ("lightning", "no_shared_fs", "as_shipped", 5, 5, 0)])
+    raced = {"verdict": "race", "config": {"scenario": "no_shared_fs", "framework": {"name": "lightning"}}}
+    assert holds_with_run(raced, tmp_path) == ["broadcast"]
+    assert advice({**raced, "holds_with": ["broadcast"]}).endswith(
+        "what holds it in lightning, as measured (docs/measured/): fix=broadcast")
+    assert holds_with_run({**raced, "verdict": "clean"}, tmp_path) == []

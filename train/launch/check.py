@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from train.config import ConfigError
+from train.config import ConfigError, check
 from train.launch.defaults import CONFIGS, options, read_option, with_defaults_filled
 from train.launch.plan import check_config, not_applicable
 from train.launch.preflight import EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED
@@ -58,8 +58,9 @@ def plan_check(argv: list) -> dict:
     Raises ConfigError (one line) for input that cannot work."""
     from hydra import initialize_config_dir
 
+    argv = with_defaults_filled(argv if _given(argv, "framework") else [*argv, "framework=fastai"])
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3", job_name="check"):
-        return _plan(argv)
+        return {**_plan(argv), "argv": argv}
 
 
 def _plan(argv: list) -> dict:
@@ -68,7 +69,7 @@ def _plan(argv: list) -> dict:
     framework = _given(argv, "framework")
     scenarios = sorted(options("scenario"), key=lambda s: SCENARIO_ORDER.index(s) if s in SCENARIO_ORDER else 99)
     first = compose_scenario(argv, scenarios[0])
-    check_config(first)
+    check(first)  # each key in its range; the rules across keys, scenario by scenario below
     fix, setup = first["fix"]["name"], first["check"]
     framework_not_for = (read_option("framework", framework).get("not_for") or {})
     if framework_not_for.get(fix):
@@ -82,10 +83,6 @@ def _plan(argv: list) -> dict:
             "setup": {"disks": setup["disks"], "restarts": setup["restarts"]}}
     for name in scenarios:
         cfg = compose_scenario(argv, name)
-        try:  # a value no run of this scenario takes (world_size=3 on its two nodes): refused here
-            check_config(cfg)
-        except ConfigError as e:
-            raise ConfigError(f"{e} (in scenario={name}, which the check runs)") from None
         workload, why_not_here = cfg["workload"], (read_option("scenario", name).get("not_for") or {}).get(framework)
         if why_not_here:
             plan["left_out"].append({"name": name, "why": f"cannot happen in {framework}: {why_not_here}"})
@@ -95,7 +92,13 @@ def _plan(argv: list) -> dict:
         elif not setup["restarts"] and workload == "resume":
             plan["left_out"].append({"name": name, "why": "your jobs do not restart (check.restarts=false)"})
         else:
-            plan["scenarios"].append({"name": name, "workload": workload, "cannot": not_applicable(cfg)})
+            cannot = not_applicable(cfg)
+            if not cannot:
+                try:  # a value no run of this scenario takes (world_size=3 on its two nodes): refused here
+                    check_config(cfg)
+                except ConfigError as e:
+                    raise ConfigError(f"{e} (in scenario={name}, which the check runs)") from None
+            plan["scenarios"].append({"name": name, "workload": workload, "cannot": cannot})
     if not plan["scenarios"]:
         raise ConfigError(f"framework={framework} fix={fix}: no scenario applies to this setup")
     return plan
@@ -161,7 +164,6 @@ def main(argv: list) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(USAGE)
         return 0
-    argv = with_defaults_filled(argv if _given(argv, "framework") else [*argv, "framework=fastai"])
     try:
         plan = plan_check(argv)
     except ConfigError as e:
@@ -178,7 +180,7 @@ def main(argv: list) -> int:
     out.mkdir(parents=True, exist_ok=True)
     ran = [s["name"] for s in plan["scenarios"] if not s["cannot"]]
     print(f"race-lab check: {len(ran)} scenario(s) x {plan['repeats']} run(s) into {out}", flush=True)
-    code = run_sweep(sweep_command(argv, plan, out), out / "check.log") if ran else 0
+    code = run_sweep(sweep_command(plan["argv"], plan, out), out / "check.log") if ran else 0
     if code == EXIT_INTERRUPTED or code < 0:
         print(f"interrupted: the runs so far are in {out}", file=sys.stderr)
         return EXIT_INTERRUPTED
