@@ -1,6 +1,7 @@
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -178,6 +179,17 @@ def together(root: Path, commands: dict, deadline_s: float, cwd=ROOT) -> dict:
         done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, (root / f"{name}.out").read_text(),
                                                  (root / f"{name}.err").read_text())
     return done
+
+
+# what the console never shows in a run or sweep that ends with a verdict (train/launch/quiet.py): a C++ source
+# location (torch's stack traces), a Python traceback, a warning torch logs (W1201 21:34:48.25 ... spawn.py:165])
+CONSOLE_NOISE = re.compile(r"\w+\.(cpp|cc|h|hpp):\d+|Traceback \(most recent call last\)|^\[?W\d{4} \d\d:\d\d:\d\d",
+                           re.MULTILINE)
+
+
+def console_noise(*texts) -> list:
+    """The lines of these console outputs that CONSOLE_NOISE matches."""
+    return [line for text in texts for line in text.splitlines() if CONSOLE_NOISE.search(line)]
 
 
 def train_command(run_dir: Path, *overrides) -> list:

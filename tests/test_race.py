@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import Run, alive, processes_tagged, run_train, together, train_command
+from conftest import Run, alive, console_noise, processes_tagged, run_train, together, train_command
 
 ENDS_WITHIN_S = 300  # every run together; each takes well under half a minute on 2 idle cores
 
@@ -106,6 +106,15 @@ def test_an_older_checkpoint_is_read_as_stale_and_expect_mismatch_exits_1(runs):
     assert "expected clean, got race" in run.err
     assert run.outcomes() == {0: "loaded", 1: "stale"}
     assert "loaded an older checkpoint (the epoch-" in run.summary["explanation"]
+
+
+def test_the_console_shows_no_stack_trace_traceback_or_torch_warning(runs):
+    """A race run, a clean one, and one whose rank 0 dies (torch warns as it stops the others: it used to reach
+    the console): every rank's output is echoed, torch's own lines stay in logs/launcher.log."""
+    for name in ("unsynced", "barrier", "crash"):
+        assert runs[name].rc == 0, runs[name].err[-3000:]
+        assert not console_noise(runs[name].out, runs[name].err), name
+    assert "Terminating process" in (runs["crash"].dir / "logs" / "launcher.log").read_text()
 
 
 def test_a_crashed_rank_leaves_its_events_and_no_process(runs):

@@ -9,7 +9,7 @@ import sys
 import pytest
 from PIL import Image
 
-from conftest import ROOT, Run, multirun_command, together, train_command
+from conftest import ROOT, Run, console_noise, multirun_command, together, train_command
 
 ENDS_WITHIN_S = 400  # every sweep and run together; each takes well under a minute on 2 idle cores
 
@@ -97,6 +97,13 @@ def test_a_small_sweep_makes_the_report(real):
     # and counted apart, not in a race rate (job 0: unsynced at skew 0, which races or not)
     assert re.search(r"\| unsynced \| 2 \| 0 \| 2 \| (0/1 \(0–79%\)|1/1 \(21–100%\)) \| crashed 1 \|",
                      (sweep / "report.md").read_text())
+
+
+def test_a_sweep_and_a_run_show_no_stack_trace_traceback_or_torch_warning(real):
+    """The small sweep (one line a job), the sweep that echoes its ranks, and a clean run."""
+    for name in ("small", "echo", "run"):
+        assert real[name].returncode == 0, real[name].stderr[-3000:]
+        assert not console_noise(real[name].stdout, real[name].stderr), name
 
 
 def test_a_bad_job_is_reported_and_the_sweep_goes_on(real):

@@ -20,6 +20,7 @@ from train.events import EventLog
 from train.launch.forkserver import ensure_forkserver
 from train.launch.nodes import rank_start_method
 from train.launch.preflight import first_line
+from train.launch.quiet import quiet_console
 from train.rank.entry import rank_main
 from train.report.node_records import merged_here
 from train.torch_private import (
@@ -122,6 +123,30 @@ def port_in_use(endpoint: str):
         return f"rdzv.endpoint={endpoint}: the port is already in use by another process"
 
 
+def run_agent(launch_cfg: LaunchConfig, cfg: dict, plan, run_dir: Path, events: EventLog,
+              fired: threading.Event) -> str:
+    """torch elastic's agent from the rendezvous to the ranks' end; the status, each rank's failure recorded."""
+    try:
+        returned = elastic_launch(launch_cfg, rank_main)(cfg, asdict(plan), str(run_dir))
+        events.record("ranks_returned", ranks=sorted(returned))
+        return "ok"
+    except ChildFailedError as e:
+        for rank, failure in sorted(e.failures.items()):
+            log = failure_log(failure, run_dir)
+            events.record("rank_failed", failed_rank=rank, exitcode=failure.exitcode,
+                          message=failure_message(failure, log), log=relative(log, run_dir))
+        return "failed"
+    except SignalException as e:
+        if fired.is_set():
+            return "timeout"
+        events.record("signal", name=signal.Signals(e.sigval).name)
+        return "interrupted"
+    except Exception as e:  # the agent itself failed: rendezvous, forkserver, out of resources
+        events.record("launch_error", error_type=type(e).__name__, message=first_line(e))
+        traceback.print_exc(file=sys.stderr)  # the console shows its last line; logs/launcher.log all of it
+        return "harness_error"
+
+
 def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) -> str:
     """Start the ranks and wait for them. Returns ok | failed | interrupted | timeout | harness_error.
     Each rank's output goes to logs/ in the run dir, and with echo to the console too."""
@@ -165,24 +190,13 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
     watchdog.start()
     agent_log = log_agent_to(run_dir / "logs" / AGENT_LOG)
     try:
-        returned = elastic_launch(launch_cfg, rank_main)(cfg, asdict(plan), str(run_dir))
-        events.record("ranks_returned", ranks=sorted(returned))
-        return "ok"
-    except ChildFailedError as e:
-        for rank, failure in sorted(e.failures.items()):
-            log = failure_log(failure, run_dir)
-            events.record("rank_failed", failed_rank=rank, exitcode=failure.exitcode,
-                          message=failure_message(failure, log), log=relative(log, run_dir))
-        return "failed"
-    except SignalException as e:
+        with quiet_console(run_dir):  # torch's C++ warnings and stack traces: to logs/launcher.log
+            return run_agent(launch_cfg, cfg, plan, run_dir, events, fired)
+    except SignalException as e:  # a signal as the quiet console was set up or put back
         if fired.is_set():
             return "timeout"
         events.record("signal", name=signal.Signals(e.sigval).name)
         return "interrupted"
-    except Exception as e:  # the agent itself failed: rendezvous, forkserver, out of resources
-        events.record("launch_error", error_type=type(e).__name__, message=first_line(e))
-        traceback.print_exc(file=sys.stderr)
-        return "harness_error"
     finally:
         watchdog.cancel()
         agent_log.close()
