@@ -36,7 +36,7 @@ def run_examples(root, names) -> dict:
         name: ([RACE_LAB, "-m", f"framework={framework}", scenarios, "fix=own", f"fix._target_={target}",
                 "world_size=2", *more, f"hydra.sweep.dir={root / name}"], root / name)
         for name, (framework, target, scenarios, *more) in EXAMPLES.items() if name in names},
-        deadline_s=600, cwd=root, env={"PYTHONPATH": ""})
+        deadline_s=900, cwd=root, env={"PYTHONPATH": ""})
     out = {}
     for name, launch in launches.items():
         assert launch.rc == 0, launch.out[-3000:]
