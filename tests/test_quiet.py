@@ -49,6 +49,10 @@ def test_the_console_shows_each_line_a_person_reads_and_each_error_as_one_line()
         "error: rank 1 failed", "a line in two writes", "no newline"]
     assert log.getvalue() == ECHOED + "a line in two writes\nno newline\n"  # every line, whole
     assert len(console_noise(ECHOED)) == 6 and not console_noise(console.getvalue())
+    out = io.StringIO()  # stdout: a rank's own line that quotes gloo's error keeps all but the C++ place
+    ConsoleFilter(out).write("[rank 2] rank 2: barrier failed: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/"
+                             "gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5\n")
+    assert out.getvalue() == "[rank 2] rank 2: barrier failed: RuntimeError: Connection closed by peer [127.0.0.1]:5\n"
 
 
 def test_torch_s_own_cpp_warning_goes_to_the_run_s_log_and_the_console_is_put_back(tmp_path, capfd):

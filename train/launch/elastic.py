@@ -9,6 +9,7 @@ import sys
 import threading
 import traceback
 from dataclasses import asdict
+from multiprocessing import forkserver
 from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
@@ -167,6 +168,9 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         # Started here (a side-by-side job's worker), it preloads the node agents' code too: a later
         # two-node job of the worker forks them from it (train/launch/nodes.py)
         ensure_forkserver([cfg["framework"]["adapter"]], nodes_here=True)
+        # started now, not at the first rank inside quiet_console: the server, and the node agents and ranks it
+        # forks, keep the console as their stderr, not this run's logs/launcher.log (returns at once)
+        forkserver.ensure_running()
     taken = port_in_use(cfg["rdzv"]["endpoint"]) if nodes == 1 else None  # other nodes' agents use it too
     exit_barrier_within(cfg["timeout"]["collective_s"])
     pace_rendezvous(nodes, nodes > 1 and merged_here())

@@ -8,7 +8,8 @@ run dir, and Python's sys.stderr (the launcher's own lines, and each rank's stde
 with launch.echo_ranks or in a single run) passes through a filter to the console: a C++ source location and
 its frames, a Python traceback but its last line (the error, kept as one line), a Python or torch warning
 and its source line go to that log only. Every line also lands in the log; each rank's own output stays
-whole in its logs/<run id>/attempt_<k>/<rank>/.
+whole in its logs/<run id>/attempt_<k>/<rank>/. On sys.stdout (the ranks' own lines, echoed) every line is shown,
+a C++ place it quotes taken out: `rank 2: barrier failed: RuntimeError: Connection closed by peer ...`.
 """
 import os
 import re
@@ -20,7 +21,7 @@ from pathlib import Path
 
 LAUNCHER_LOG = "launcher.log"  # in the run dir's logs/
 CPP_LOCATION = re.compile(r"\w+\.(?:cpp|cc|cxx|cu|h|hpp):\d+")  # TCPStore.cpp:115, Utils.hpp:787
-CPP_BRACKETED = re.compile(r"\[[^\]\s]*\w+\.(?:cpp|cc|cxx|cu|h|hpp):\d+\] ?")  # [../gloo/pair.cc:534]
+CPP_PLACE = re.compile(r"\[?[^\s\[\]]*\w+\.(?:cpp|cc|cxx|cu|h|hpp):\d+\]? ?")  # [../gloo/pair.cc:534]
 CPP_TRACE = re.compile(r"^(?:frame #\d+: |<omitting python frames>$|Exception raised from )")
 PYTHON_WARNING = re.compile(r"\.py:\d+: \w*Warning: ")  # warnings.showwarning: path.py:12: UserWarning: text
 LOGGED_WARNING = re.compile(r"^\[?[WI]\d{4} \d\d:\d\d:\d\d\.\d+ ")  # torch's own log lines: W1201 21:34:48.25 ...
@@ -34,7 +35,8 @@ class ConsoleFilter:
     Lines are judged whole, per writing thread (print writes its text and its newline apart), and per
     source (each echoed rank's prefix, or none), as a traceback goes on over several lines."""
 
-    def __init__(self, console, log):
+    def __init__(self, console, log=None):
+        """Without a log (sys.stdout: the ranks' own lines, echoed) every line is shown, its C++ places taken out."""
         self.console, self.log = console, log
         self._lock = threading.RLock()  # a signal handler in the main thread may write while it holds it
         self._partial = {}  # writing thread -> its text so far without a newline
@@ -51,6 +53,9 @@ class ConsoleFilter:
         return len(text)
 
     def _line(self, line: str):
+        if self.log is None:  # a rank's message may quote a C++ error: 'barrier failed: RuntimeError: [pair.cc:534] ..'
+            self.console.write(CPP_PLACE.sub("", line) + "\n")
+            return
         self.log.write(line + "\n")
         shown = self.shown(line)
         if shown is not None:
@@ -64,7 +69,7 @@ class ConsoleFilter:
             if not text.strip() or text.startswith((" ", "\t", TRACEBACK, *CHAINED)):
                 self._inside[source] = inside
                 return None
-            return CPP_BRACKETED.sub("", line)  # the error itself, as one line (gloo's puts its C++ place in it)
+            return CPP_PLACE.sub("", line)  # the error itself, as one line (gloo's puts its C++ place in it)
         if inside == "cpp" and (CPP_TRACE.match(text) or not text.strip()):
             self._inside[source] = inside
             return None
@@ -86,7 +91,8 @@ class ConsoleFilter:
             for line in self._partial.values():  # a line that never got its newline
                 self._line(line)
             self._partial.clear()
-            self.log.flush()
+            if self.log is not None:
+                self.log.flush()
             self.console.flush()
 
     def fileno(self) -> int:
@@ -124,13 +130,18 @@ def quiet_console(run_dir: Path):
         log = open(log_path, "a", buffering=1, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
         quiet = ConsoleFilter(console, log)
         sys.stderr = quiet
+        before_out = sys.stdout
+        sys.stdout = out = ConsoleFilter(before_out)
     try:
         yield quiet
     finally:
         with signals_held():
             quiet.flush()
+            out.flush()
             if sys.stderr is quiet:
                 sys.stderr = before
+            if sys.stdout is out:
+                sys.stdout = before_out
             os.dup2(console_fd, 2)
             console.close()  # and console_fd with it
             log.close()
