@@ -269,6 +269,20 @@ def sweep_values(override):
     return list(override.sweep_string_iterator())
 
 
+def under_a_mapping(name: str) -> bool:
+    """fix.kwargs.wait_s: a key of its own under a key of the schema that is a mapping (Dict[str, ...])."""
+    from typing import get_origin
+
+    from train.config import lookup
+
+    parts = name.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        entry = lookup(".".join(parts[:end]))
+        if entry is not None:
+            return get_origin(entry.type) is dict
+    return False
+
+
 @pytest.mark.parametrize("tokens", [p for p in ALL_COMMANDS if kind(p.values[0])[0] == "train"])
 def test_train_command_composes(tokens):
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -287,8 +301,9 @@ def test_train_command_composes(tokens):
             continue
         if key.startswith("hydra."):  # Hydra's own settings (a launcher's options): not in our schema
             continue
-        if "." in key and "/" not in key:
-            assert lookup(key) is not None, f"{key}: not a key of the schema (train/config.py)"
+        name = key.lstrip("+~")  # +fix.kwargs.wait_s: a key added under a mapping
+        if "." in name and "/" not in name:
+            assert lookup(name) is not None or under_a_mapping(name), f"{key}: not a key of the schema (train/config.py)"
         values = sweep_values(override)
         assert values, f"{override.input_line}: a sweep over nothing"
         (sweeps if override.is_sweep_override() else plain).append((key, values))
