@@ -1,6 +1,7 @@
 """The resume verdict (workload=resume): each rank's resumes against the newest complete checkpoint, and how the run ended."""
 from train.judge.explain import replicas
-from train.judge.load_best import rank_timings
+from train.judge.load_best import hang_detail, rank_timings
+from train.judge.shards import mixed_resumes
 from train.judge.vocabulary import (
     RankOutcome,
     Verdict,
@@ -66,8 +67,9 @@ def attempt_end(events, n: int, finished: bool) -> dict:
             "error_type": first.get("error_type")}
 
 
-def resume_rank(rank: int, events: list, last: int, status, resumes: list) -> RankOutcome:
-    """One rank of a resume run: how its last attempt ended, else how its resumes stood."""
+def resume_rank(rank: int, events: list, last: int, status, resumes: list, mixed: str = "") -> RankOutcome:
+    """One rank of a resume run: how its last attempt ended, else how its resumes stood (mixed: why a resume of
+    it mixed steps, train/judge/shards.py)."""
     mine = [e for e in events if e["rank"] == rank]
     now = [e for e in mine if _attempt(e) == last]
     final = last_event(now, "final")
@@ -85,6 +87,9 @@ def resume_rank(rank: int, events: list, last: int, status, resumes: list) -> Ra
         return result(kind, f"deleting {deleted['path']}: {deleted['error_type']}: {short(deleted['message'])}")
     if last_event(now, "crash"):
         return result("crashed", "killed with SIGKILL where the scenario placed it")
+    hung = last_event(now, "hang")
+    if hung:  # ended on purpose the moment its wait could never end (train/toolkit/hang.py)
+        return result("hung", hang_detail(hung, events))
     worst = max(resumes, key=lambda r: (r["torn"], abs(r["steps_lost"]), r["attempt"]), default=None)
     behind = ""
     if worst and worst["steps_lost"] > 0:
@@ -97,6 +102,8 @@ def resume_rank(rank: int, events: list, last: int, status, resumes: list) -> Ra
                                                           "timed out waiting for a peer") if x))
         return result("aborted", f"{trained['error_type']} when a peer died")
     if final and status == "ok":
+        if mixed:  # every load returned, and the state it trained on mixed steps
+            return result("mixed", mixed)
         if worst and worst["torn"]:
             return result("corrupt", f"resumed from {worst['path']}, weights no complete save wrote")
         if worst and worst["steps_lost"] < 0:
@@ -117,7 +124,8 @@ def resume_judge(events: list, world_size: int) -> Verdict:
     last = attempts[-1]
     resumes = {r: [resume_record(events, e) for e in ranked if e["rank"] == r and e["event"] == "resume"]
                for r in range(world_size)}
-    outcomes = [resume_rank(r, events, last, status, resumes[r]) for r in range(world_size)]
+    mixed = mixed_resumes(events, world_size)
+    outcomes = [resume_rank(r, events, last, status, resumes[r], mixed.get(r, "")) for r in range(world_size)]
     # the replicas: the weights each rank resumed from, attempt by attempt, then what each ends with
     split = []
     for n in attempts:
@@ -130,6 +138,8 @@ def resume_judge(events: list, world_size: int) -> Verdict:
         ("diverged" if agreement == "diverged" else "finished") if status == "ok" else "out_of_restarts"
     record = {"run": run, "restarts": len(attempts) - 1, "attempts": ends,
               "ranks": {str(r): resumes[r] for r in range(world_size)}, "diverged_at_resume": split}
+    if mixed:  # sharded state whose resume mixed steps (train/judge/shards.py)
+        record["mixed"] = {str(r): why for r, why in sorted(mixed.items())}
     kinds = {o.outcome for o in outcomes}
     if status in ("interrupted", "harness_error") or "error" in kinds:
         verdict = "interrupted" if status == "interrupted" else "error"

@@ -39,6 +39,10 @@ whether it finished, ran out of restarts (each attempt: the file it died on), or
   loaded   it finished, and every resume was from the newest complete checkpoint (or a fresh start with none)
   stale    it resumed from an older checkpoint than the newest complete one: steps redone
   corrupt  its resume read a torn file, or loaded weights no complete save wrote: steps skipped
+  mixed    every load returned, but the state it resumed mixed steps: its ranks resumed from different steps (or
+           one started fresh beside peers that resumed), or a shard it read holds another step's write
+           (train/judge/shards.py: shard_write{step, shard, digest}, shard_read{step, shard, digest, path})
+  hung     its sync could never end (a hang event), in the last attempt
   missing  a file it read or deleted was not there (a peer deleted it first)
   crashed  it was killed where the scenario placed the kill, in the last attempt
 
@@ -53,7 +57,7 @@ The verdict:
 import re
 from dataclasses import asdict, dataclass, field
 
-OUTCOMES = ("loaded", "skipped", "stale", "missing", "corrupt", "unsafe", "timeout", "hung", "aborted", "crashed",
+OUTCOMES = ("loaded", "skipped", "stale", "missing", "corrupt", "mixed", "unsafe", "timeout", "hung", "aborted", "crashed",
             "error")
 VERDICTS = ("clean", "race", "save_failed", "error", "interrupted")
 

@@ -56,7 +56,7 @@ def cell(rows: list) -> dict:
     verdict = min(verdicts, key=lambda v: (-verdicts[v], _rank(v, WORSE_FIRST)))  # a tie: the worse
     outcomes = Counter()
     for r in basis:
-        outcomes.update({o: int(r[f"n_{o}"]) for o in OUTCOMES if int(r[f"n_{o}"] or 0)})
+        outcomes.update({o: int(r[f"n_{o}"]) for o in OUTCOMES if int(r.get(f"n_{o}") or 0)})  # none: older
     not_loaded = Counter({o: n for o, n in outcomes.items() if o != "loaded"}) or outcomes
     # the two commonest outcomes, the worse first on a tie (OUTCOMES runs from good to bad)
     top = sorted(not_loaded, key=lambda o: (-not_loaded[o], -OUTCOMES.index(o)))[:2]

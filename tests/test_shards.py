@@ -1,0 +1,95 @@
+"""Judging sharded state (train/judge/shards.py), from hand-made events: a resume whose ranks read different steps,
+or a shard holding another step's write, or a rank that started fresh beside peers that resumed, is `mixed` and
+never clean, though every load returned; the explanation names the rank. No ranks run here."""
+from train.judge.shards import mixed_resumes, written
+from train.judge.verdict import judge
+
+
+def run(*rank_events, status="ok"):
+    events = [{"t": 0.0, "rank": "launcher", "event": "launch_start"}]
+    events += [{"t": t, "rank": r, "event": name, "attempt": n, **fields} for t, r, n, name, fields in rank_events]
+    events.append({"t": 99.0, "rank": "launcher", "event": "launch_end", "status": status})
+    return sorted(events, key=lambda e: e["t"])
+
+
+def saved(t, step, digests, attempt=0, commit=True):
+    """Both ranks write their shard of `step` (digests: shard -> digest); rank 0 commits it (save_end) if asked."""
+    out = [(t, r, attempt, "shard_write", {"step": step, "shard": r, "digest": d}) for r, d in digests.items()]
+    if commit:
+        out.append((t + 0.1, 0, attempt, "save_end", {"epoch": step // 10 - 1, "step": step,
+                                                      "path": f"m/step{step}", "digest": f"w{step}"}))
+    return out
+
+
+def resumed(t, rank, attempt, step, shards, path="m/ckpt", digest=None):
+    """`rank` resumes at `step` (None: fresh), having read shards {shard: digest} from path."""
+    out = [(t, rank, attempt, "loop_start", {}),
+           (t + 0.1, rank, attempt, "resume", {"epoch": -1 if step is None else step // 10 - 1, "step": step or 0,
+                                                "path": None if step is None else path,
+                                                "digest": digest or f"w{step}"})]
+    out += [(t + 0.05, rank, attempt, "shard_read", {"step": step, "shard": s, "digest": d, "path": path})
+            for s, d in shards.items()]
+    return out + [(t + 3, rank, attempt, "final", {"digest": "end"})]
+
+
+STEP10 = {0: "a10", 1: "b10"}
+STEP30 = {0: "a30", 1: "b30"}
+
+
+def overwritten_in_place():
+    """Step 10 committed in m/ckpt; the step-30 save into the same folder: rank 0 wrote its shard, rank 1 died
+    before writing; .metadata is still step 10's. The restart reads rank 0's new shard and rank 1's old one."""
+    events = [*saved(1.0, 10, STEP10), *saved(2.0, 30, {0: "a30"}, commit=False),
+              (2.2, 1, 0, "crash", {"at": "before_write", "epoch": 2, "path": "m/ckpt"})]
+    for r in (0, 1):
+        events += resumed(5.0, r, 1, 10, {0: "a30", 1: "b10"})  # every load returned, saying step 10
+    return events
+
+
+def test_a_shard_that_holds_another_steps_write_is_mixed_and_names_the_rank_and_shard():
+    v = judge(run(*overwritten_in_place()), 2).as_dict()
+    assert v["verdict"] == "race"
+    assert [r["outcome"] for r in v["ranks"]] == ["mixed", "mixed"]
+    assert "rank 0 mixed (attempt 1: shard 0 it read as step 10 holds what rank 0 wrote at step 30)" in v["explanation"]
+    assert v["resume"]["mixed"]["1"].startswith("attempt 1: shard 0")
+
+
+def test_ranks_that_resumed_from_different_steps_are_mixed():
+    events = [*saved(1.0, 10, STEP10), *saved(2.0, 20, {0: "a20", 1: "b20"})]
+    events += resumed(5.0, 0, 1, 20, {0: "a20", 1: "b20"}) + resumed(5.0, 1, 1, 10, STEP10)
+    v = judge(run(*events), 2).as_dict()
+    assert {r["outcome"] for r in v["ranks"]} == {"mixed"}
+    assert "rank 0 mixed (attempt 1: it resumed from step 20 while rank 1 resumed from step 10)" in v["explanation"]
+
+
+def test_a_rank_that_started_fresh_beside_peers_that_resumed_is_mixed():
+    events = [*saved(1.0, 10, STEP10)]
+    events += resumed(5.0, 0, 1, 10, STEP10) + resumed(5.0, 1, 1, None, {})
+    why = mixed_resumes(run(*events), 2)
+    assert why[1] == "attempt 1: it started fresh while rank 0 resumed from step 10"
+    assert why[0] == "attempt 1: it resumed from step 10 while rank 1 started fresh"
+    assert judge(run(*events), 2).verdict == "race"
+
+
+def test_every_shard_of_its_own_step_is_not_mixed():
+    events = [*saved(1.0, 10, STEP10), *saved(2.0, 30, STEP30)]
+    for r in (0, 1):
+        events += resumed(5.0, r, 1, 30, STEP30)
+    v = judge(run(*events), 2)
+    assert mixed_resumes(run(*events), 2) == {}
+    assert v.verdict == "clean", v.explanation
+
+
+def test_a_shard_written_alike_at_two_steps_is_its_own_step_not_another():
+    """A shard whose tensors did not change between steps has one digest at both: that is no mix."""
+    events = [*saved(1.0, 10, STEP10), *saved(2.0, 30, {0: "a30", 1: "b10"})]
+    for r in (0, 1):
+        events += resumed(5.0, r, 1, 30, {0: "a30", 1: "b10"})
+    assert written(run(*events))[(30, 1)] == {"b10"}
+    assert mixed_resumes(run(*events), 2) == {}
+
+
+def test_every_rank_fresh_is_not_a_mix():
+    events = [*resumed(1.0, 0, 0, None, {}), *resumed(1.0, 1, 0, None, {})]
+    assert mixed_resumes(run(*events), 2) == {}
+    assert judge(run(*events), 2).verdict == "clean"
