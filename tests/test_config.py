@@ -92,7 +92,8 @@ def test_auto_picks_cpu_gloo_without_enough_gpus_and_nccl_with():
     ({"fault.best_epoch": 3}, "fault.best_epoch=3: must be null, -1 or an epoch in 0..2 (epochs=3)"),
     ({"fault.read_delay_s": -0.5}, "fault.read_delay_s=-0.5: must be a finite number >= 0"),
     ({"checkpoint.guard": "always"}, "checkpoint.guard='always': must be one of none, load, sync"),
-    ({"timeout.collective_s": 0}, "timeout.collective_s=0: must be a finite number > 0"),
+    ({"timeout.collective_s": 0}, "timeout.collective_s=0: must be a finite number >= 1 and <= 86400"),
+    ({"timeout.collective_s": 0.5}, "timeout.collective_s=0.5: must be a finite number >= 1 and <= 86400"),  # torch's rendezvous: whole seconds
     ({"timeout.run_s": float("inf")}, "timeout.run_s=inf: must be a finite number > 0"),
     ({"launch.start_method": "fork"}, "launch.start_method='fork': must be one of forkserver, spawn"),
     ({"data.batch_size": 0}, "data.batch_size=0: must be an integer >= 1"),

@@ -13,9 +13,10 @@ from typing import Any, Dict, List, Optional, get_args, get_origin
 from hydra.core.config_store import ConfigStore
 
 
-def key(default, doc, *, min=None, above=None, max=None, choices=None):
-    """A config key: its default, one line on its meaning, and its allowed values."""
-    meta = {"doc": doc, "min": min, "above": above, "max": max, "choices": choices}
+def key(default, doc, *, min=None, above=None, max=None, choices=None, only=None):
+    """A config key: its default, one line on its meaning, and its allowed values. only: the runs that read it,
+    {dotted key: values}; a user who sets it for another run is refused (train/launch/preflight.py)."""
+    meta = {"doc": doc, "min": min, "above": above, "max": max, "choices": choices, "only": only}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -30,7 +31,7 @@ class SkewConfig:
     rank: int = key(0, "the late rank", min=0)
     seconds: float = key(3.0, "how long it stalls right before its last save", min=0)
     mid_write_s: float = key(0.0, "rank 0 also stalls this long halfway through writing the last checkpoint (torn)",
-                             min=0)
+                             min=0, only={"workload": ["load_best"]})
 
 
 @dataclass
@@ -38,26 +39,30 @@ class FaultConfig:
     read_delay_s: float = key(0.0, "every rank but rank 0 pauses this long at the start of its load (torn)", min=0)
     crash_rank: Optional[int] = key(None, "this rank dies where its last save would start", min=0)
     save_error: Optional[str] = key(None, "rank 0's last save raises this OSError inside torch.save (save_fails)",
-                                    choices=["ENOSPC", "EIO", "EROFS"])
+                                    choices=["ENOSPC", "EIO", "EROFS"], only={"workload": ["load_best"]})
     misdetect_rank: bool = key(False, "at the last save every process believes it is rank 0, as when RANK and "
                                       "WORLD_SIZE are unset (many_writers)")
     best_epoch: Optional[int] = key(None, "shape the monitored metric so this epoch is the best, -1 the last "
                                           "(skip_if_missing, stale)", min=-1)
     kill_epoch: Optional[int] = key(None, "framework=torch_loop, first attempt only: rank 0 is killed with SIGKILL at "
-                                          "this epoch's save (crash_mid_save, pointer_first, resume_disagree)", min=0)
+                                          "this epoch's save (crash_mid_save, pointer_first, resume_disagree)", min=0,
+                                    only={"workload": ["resume"]})
     kill_at: str = key("mid_write", "where: halfway through writing the checkpoint, or once its save is complete",
-                       choices=["mid_write", "after_save"])
+                       choices=["mid_write", "after_save"], only={"workload": ["resume"]})
     stale_listing: bool = key(False, "after a restart, every rank but 0 lists the checkpoints as a stale directory "
-                                     "cache would: without the newest (resume_disagree)")
+                                     "cache would: without the newest (resume_disagree)",
+                              only={"workload": ["resume"]})
     delete_race: bool = key(False, "two ranks delete the same old checkpoint, rank 0 first: it deletes once a peer has "
-                                   "listed the file, the peer once rank 0 has deleted it (cleanup)")
+                                   "listed the file, the peer once rank 0 has deleted it (cleanup)",
+                            only={"workload": ["resume"]})
     async_fault: Optional[str] = key(None, "checkpoint.async_save, first attempt only, at fault.kill_epoch's save: "
                                            "in_flight: rank 0 is killed with SIGKILL while the save is still being "
                                            "written (async_in_flight); shared_group: the save's collectives run on "
                                            "the training's process group (async_shared_group); overwrite: every save "
                                            "goes into one folder, over the last, and rank 1 is killed before writing "
                                            "its shard once rank 0 has written its own (dcp_overwrite)",
-                                     choices=["in_flight", "shared_group", "overwrite"])
+                                     choices=["in_flight", "shared_group", "overwrite"],
+                                     only={"checkpoint.async_save": [True]})
 
 
 @dataclass
@@ -71,20 +76,23 @@ class CheckpointConfig:
     guard: str = key("none", "a local exists() check that guards the load (fastai v1) or the sync and the load "
                              "(transformers#40923)", choices=["none", "load", "sync"])
     keep_last: int = key(0, "framework=torch_loop: keep the newest N checkpoints, deleting older ones after each save; "
-                            "0 keeps all (cleanup)", min=0)
+                            "0 keeps all (cleanup)", min=0, only={"workload": ["resume"]})
     pointer: bool = key(False, "framework=torch_loop: find the newest checkpoint through a `latest` pointer file "
-                               "(DeepSpeed's), not by listing the folder (pointer_first)")
+                               "(DeepSpeed's), not by listing the folder (pointer_first)",
+                   only={"workload": ["resume"], "framework.name": ["torch_loop", "lightning"]})
     async_save: bool = key(False, "framework=torch_loop and lightning: save in the background while training goes on "
                                   "(torch's dcp.async_save, waited on through its Future; Lightning's "
                                   "AsyncCheckpointIO); each save records when it was dispatched and when it was "
-                                  "durable (docs/async.md)")
+                                  "durable (docs/async.md)",
+                           only={"framework.name": ["torch_loop", "lightning"]})
 
 
 @dataclass
 class TimeoutConfig:
-    collective_s: float = key(60.0, "a barrier, collective or wait longer than this fails (outcome: timeout)",
-                              above=0)
-    run_s: float = key(900.0, "the launcher stops every rank of a run that lasts longer", above=0)
+    collective_s: float = key(60.0, "a barrier, collective or wait longer than this fails (outcome: timeout); whole "
+                                    "seconds for torch's rendezvous, so at least 1", min=1, max=86400)
+    run_s: float = key(900.0, "the launcher stops every rank of a run that lasts longer, restarts included", above=0,
+                       max=604800)
 
 
 @dataclass
@@ -98,7 +106,8 @@ class LaunchConfig:
                                   "of its own: mount: its agent in its own mount namespace with a private tmpfs on "
                                   "checkpoint.dir (root or user namespaces); folder: <dir>/node<K>, which a framework "
                                   "that broadcasts rank 0's path sees past; auto: mount where the machine allows it",
-                          choices=["auto", "mount", "folder"])
+                          choices=["auto", "mount", "folder"],
+                          only={"checkpoint.node_local": [True], "launch.all_nodes_here": [True]})
     max_restarts: int = key(0, "torch elastic's max_restarts: how often the agent restarts the whole worker group "
                                "after a rank fails; each restart is an attempt (TORCHELASTIC_RESTART_COUNT)", min=0)
     echo_ranks: bool = key(False, "in a sweep (-m), print every rank's full output and each job's table on the console "
@@ -108,7 +117,7 @@ class LaunchConfig:
 
 @dataclass
 class CheckConfig:
-    repeats: int = key(5, "race-lab check: runs of each scenario", min=1)
+    repeats: int = key(5, "race-lab check: runs of each scenario", min=1, max=100)
     disks: str = key("any", "race-lab check: your setup's checkpoint folder; shared: one filesystem every node reads "
                             "(no_shared_fs is left out); node_local: each node's own disk; any: either",
                      choices=["any", "shared", "node_local"])
@@ -130,7 +139,8 @@ class FixConfig:
     name: str = key("???", "the fix, from configs/fix/")  # ???: set by the group
     _target_: Optional[str] = key(None, "the class that does it, for frameworks that take one (fastai: a "
                                         "SaveModelCallback subclass in train/frameworks/fastai/callbacks.py, or your own); null: "
-                                        "the framework's adapter does the fix by its name")
+                                        "the framework's adapter does the fix by its name; yours only with "
+                                        "fix=own", only={"fix.name": ["own"]})
     workloads: List[str] = key(["load_best"], "the workloads this fix is for (set by each fix); with another "
                                               "workload its cells are n/a", choices=["load_best", "resume"])
     kwargs: Dict[str, Any] = key({}, "fix=own: keyword arguments for your class's constructor, e.g. "
@@ -180,7 +190,7 @@ class TrainConfig:
                                      "the newest (set by the resume scenarios)", choices=["load_best", "resume"])
     epochs: int = key(3, "epochs; the last one always saves", min=1)
     lr: float = key(1e-2, "fit_one_cycle's learning rate", above=0)
-    seed: int = key(42, "data split and weights", min=0)
+    seed: int = key(42, "data split and weights", min=0, max=2**32 - 1)
     repeat: int = key(0, "a label for repeats of one point: -m repeat=range(5) measures a race rate", min=0)
     expect: Optional[str] = key(None, "exit 1 unless the verdict is this",
                                 choices=["clean", "race", "save_failed", "error"])

@@ -24,7 +24,7 @@ from pathlib import Path
 from train.config import ConfigError, check
 from train.launch.defaults import CONFIGS, options, read_option, with_defaults_filled
 from train.launch.plan import check_config, not_applicable
-from train.launch.preflight import EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED
+from train.launch.preflight import EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED, check_limits, check_used
 from train.report.check_card import card, markdown, result
 from train.report.files import write_json_atomic
 from train.report.matrix import SCENARIO_ORDER
@@ -94,8 +94,10 @@ def _plan(argv: list) -> dict:
         else:
             cannot = not_applicable(cfg)
             if not cannot:
-                try:  # a value no run of this scenario takes (world_size=3 on its two nodes): refused here
+                try:  # a value no run of this scenario takes (world_size=3 on its two nodes, a key it ignores)
                     check_config(cfg)
+                    check_used(cfg, argv)
+                    check_limits(cfg)
                 except ConfigError as e:
                     raise ConfigError(f"{e} (in scenario={name}, which the check runs)") from None
             plan["scenarios"].append({"name": name, "workload": workload, "cannot": cannot})

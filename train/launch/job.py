@@ -81,7 +81,7 @@ def run_job(dict_cfg) -> str:
         print(why, flush=True)
         return "n/a"
     try:
-        plan = preflight(cfg, this_machine())
+        plan = preflight(cfg, this_machine(), given=list(hydra_cfg.overrides.task))
         check_writable(run_dir)
     except ConfigError as e:
         return refuse(e, discard=not (run_dir / "events").exists())

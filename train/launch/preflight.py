@@ -6,7 +6,7 @@ import threading
 import urllib.request
 from pathlib import Path
 
-from train.config import ConfigError
+from train.config import ConfigError, lookup
 from train.launch import nodes
 from train.launch.own_class import check_kwargs, check_own_class
 from train.launch.plan import make_plan
@@ -48,15 +48,18 @@ def check_data_reachable(data: dict):
                           "data=digits works offline") from None
 
 
-def preflight(cfg: dict, machine, reach_data: bool = True):
+def preflight(cfg: dict, machine, reach_data: bool = True, given=()):
     """Every check of a resolved config before any rank starts: the schema's ranges, the rules across keys
-    and the machine (train/launch/plan.py), the node disks, a class of your own, the data. Returns the plan;
-    raises ConfigError with one line. checkpoint.dir becomes absolute."""
+    and the machine (train/launch/plan.py), a key given (`given`: the command line's overrides) that this run
+    would ignore, limits that contradict each other, the checkpoint folder, the node disks, a class of your own,
+    the data. Returns the plan; raises ConfigError with one line. checkpoint.dir becomes absolute."""
     try:
         cfg["checkpoint"]["dir"] = str(Path(cfg["checkpoint"]["dir"]).resolve())
     except (ValueError, OSError, TypeError) as e:  # a NUL byte, a path the OS refuses, not a string
         raise ConfigError(f"checkpoint.dir={cfg['checkpoint']['dir']!r}: not a usable path ({e})") from None
     plan = make_plan(cfg, machine)
+    check_used(cfg, given)
+    check_limits(cfg)
     if cfg["checkpoint"]["keep_existing"]:  # a folder to read what is there (it may be read-only: saves then fail)
         check_folder_readable("checkpoint.dir", Path(cfg["checkpoint"]["dir"]))
     else:
@@ -70,14 +73,74 @@ def preflight(cfg: dict, machine, reach_data: bool = True):
     return plan
 
 
+def value_of(cfg: dict, dotted: str):
+    for part in dotted.split("."):
+        cfg = cfg[part]
+    return cfg
+
+
+def given_keys(overrides) -> list:
+    """The dotted keys a command line's overrides set (`key=v`, `+key=v`, `++key=v`), groups included."""
+    return [o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o]
+
+
+def check_used(cfg: dict, given) -> None:
+    """A key the user set that this run would ignore (its schema entry's `only` names the runs that read it)
+    is refused: a run that silently drops what was asked for answers another question."""
+    for dotted in given_keys(given):
+        entry = lookup(dotted)
+        only = entry.metadata.get("only") if entry is not None else None
+        for other, values in (only or {}).items():
+            actual = value_of(cfg, other)
+            if actual not in values:
+                label = other.removesuffix(".name")  # fix.name=own is typed fix=own
+                wanted = " or ".join(f"{label}={str(v).lower() if isinstance(v, bool) else v}" for v in values)
+                shown = str(actual).lower() if isinstance(actual, bool) else actual
+                raise ConfigError(f"{dotted}={value_of(cfg, dotted)!r}: read only with {wanted}; this run has "
+                                  f"{label}={shown}, which ignores it")
+
+
+def check_limits(cfg: dict) -> None:
+    """Limits that contradict each other: a stall that cannot end within the run's time limit, a crash planted
+    in an epoch the run never reaches."""
+    run_s = cfg["timeout"]["run_s"]
+    stalls = (("skew.seconds", cfg["skew"]["seconds"] + cfg["skew"]["mid_write_s"]),
+              ("fault.read_delay_s", cfg["fault"]["read_delay_s"]))
+    for name, seconds in stalls:
+        if seconds >= run_s:
+            given = cfg["skew"]["seconds"] if name == "skew.seconds" else seconds
+            with_mid = f" (with skew.mid_write_s, {seconds:g} s)" if name == "skew.seconds" and \
+                cfg["skew"]["mid_write_s"] else ""
+            raise ConfigError(f"{name}={given!r}: the stall{with_mid} cannot end within timeout.run_s={run_s:g}; "
+                              "raise timeout.run_s above it")
+    kill, epochs = cfg["fault"]["kill_epoch"], cfg["epochs"]
+    if kill is not None and kill >= epochs:
+        raise ConfigError(f"fault.kill_epoch={kill}: the run has epochs={epochs} (0..{epochs - 1}), so the planted "
+                          "crash would never happen")
+
+
 def check_folder_writable(key: str, folder: Path):
-    """A folder the run will write (creating it if need be): it, or the nearest folder above it that
-    exists, must be a folder this process may write."""
+    """A folder the run will write (creating it if need be): made and written to once here, with what this made
+    removed again, so that a folder that cannot be created (under /proc, in a read-only mount) is refused now,
+    not taken for a failed save later."""
     found = next(p for p in (folder, *folder.parents) if p.exists())
     if not found.is_dir():
         raise ConfigError(f"{key}={str(folder)!r}: {found} is a file, not a folder")
     if not os.access(found, os.W_OK | os.X_OK):
         raise ConfigError(f"{key}={str(folder)!r}: cannot write in {found}")
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder, prefix=".race-lab-probe-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{key}={str(folder)!r}: cannot create or write it ({e.strerror or e})") from None
+    finally:
+        for p in made:
+            try:
+                p.rmdir()
+            except OSError:
+                break
 
 
 def check_folder_readable(key: str, folder: Path):
