@@ -10,7 +10,7 @@ EDITABLE := $(VENV)/.editable-$(shell sha256sum pyproject.toml | cut -c1-12)
 NOW    := $(shell date +%Y-%m-%d_%H-%M-%S)
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock run sweep matrix measured check stability report bench test test-fast fuzz mutants clean distclean
+.PHONY: help install lock run sweep matrix measured check findings stability report bench test test-fast fuzz mutants clean distclean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F":.*## " "{printf \"  make %-16s %s\\n\", \$$1, \$$2}"
@@ -77,6 +77,11 @@ measured: install ## measure a framework's matrix for race-lab check: make measu
 
 check: install ## is a framework's checkpoint code safe? make check ARGS="framework=lightning [fix=...]" (race-lab check)
 	$(PY) -m train check $(ARGS)
+
+# docs/findings/: every repro, run with torchrun as its page gives it; prints still present / gone / error a finding
+# (tools/findings.py), writes the captured outputs (docs/findings/output/ and the pages' blocks); exit 1 on error.
+findings: install ## re-run every upstream finding's repro against the installed versions (about 6 min) [ARGS="--only NAME"]
+	$(PY) tools/findings.py $(ARGS)
 
 N ?= 50
 stability: install ## the seed scenario N times with unsynced and with barrier: verdict counts, weight digests (N=50)

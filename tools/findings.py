@@ -1,0 +1,277 @@
+"""make findings: re-run every repro of docs/findings/ against the installed versions.
+
+For each finding it runs the repro's command(s) with torchrun in a fresh folder, keeps the lines the repro prints
+(and the few framework lines a page quotes), normalises them (sorted by attempt and rank, temporary paths made
+relative), and judges them: `still present` (every run shows the expected symptom and exit code), `gone` (a run
+that showed the symptom now shows the healthy outcome) or `error` (anything else: a timeout, another exit code,
+neither outcome). It prints one line a finding with the versions, writes docs/findings/output/<name>.txt and puts
+that text into the finding page's ```text block after `<!-- output: <name> -->`. Exit status 1 when any finding
+is `error` (or, with --expect-present, not `still present`); 2 for bad arguments.
+
+    python tools/findings.py [--only NAME[,NAME]] [--no-write] [--expect-present]
+
+tests/test_findings.py imports this file (FINDINGS, run_finding, render) and checks pages against it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+FINDINGS_DIR = ROOT / "docs" / "findings"
+REPROS = FINDINGS_DIR / "repros"
+OUTPUT = FINDINGS_DIR / "output"
+TIMEOUT_S = 420  # one command (a run of a restarting repro is about 90 s on a loaded 2-core machine)
+SWITCH = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "  # torch's own switch: each restart gets a fresh store
+MARK = re.compile(r"(?:attempt (\d+) )?rank (\d+): .*?(?=(?:attempt \d+ )?rank \d+: |$)")
+
+
+@dataclass
+class Run:
+    """One command as the page gives it; nodes=2: two torchrun agents side by side (one process each)."""
+    command: str
+    expect: Callable[[list[str], tuple[int, ...]], bool]  # the symptom (or the control's outcome) and exit codes
+    gone: Callable[[list[str], tuple[int, ...]], bool] | None = None  # the healthy outcome, for a symptom run
+    nodes: int = 1
+
+
+@dataclass
+class Finding:
+    name: str  # docs/findings/repros/<name>.py and docs/findings/output/<name>.txt
+    page: str  # docs/findings/<page>
+    title: str
+    packages: tuple[str, ...]
+    runs: list[Run]
+    extras: list[tuple[str, int, int]] = field(default_factory=list)  # (regex, attempt, rank) of framework lines
+    drop: str | None = None  # kept lines that depend on timing (a rank killed by the agent after another died)
+
+
+def has(lines, *texts):
+    return all(any(t in line for line in lines) for t in texts)
+
+
+def codes(*expected):
+    return lambda rcs: tuple(rcs) == expected
+
+
+def both(pred, rc_ok):
+    return lambda lines, rcs: pred(lines) and rc_ok(rcs)
+
+
+R = "torchrun --standalone --nproc_per_node=2"
+N2 = "torchrun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:29500"
+AT = "torchrun --standalone --nproc_per_node=2 --max-restarts=2"
+
+FINDINGS = [
+    Finding(
+        "accelerate_stale_load", "accelerate.md", "load_state right after save_state reads the previous save",
+        ("accelerate", "torch"),
+        [Run(f"{R} accelerate_stale_load.py",
+             both(lambda ls: has(ls, "rank 1: loaded the weights of epoch 0", "rank 0: loaded the weights of epoch 1"),
+                  codes(0)),
+             gone=lambda ls, rcs: has(ls, "rank 1: loaded the weights of epoch 1") or rcs != (0,))]),
+    Finding(
+        "accelerate_total_limit", "accelerate.md", "total_limit deletes the last checkpoint before writing the next",
+        ("accelerate", "torch"),
+        [Run(f"{R} accelerate_total_limit.py",
+             both(lambda ls: has(ls, "about to write checkpoint_1/model.safetensors; proj/checkpoints holds"
+                                     " checkpoint_1"), codes(0)),
+             gone=lambda ls, rcs: has(ls, "about to write checkpoint_1/model.safetensors; proj/checkpoints holds"
+                                          " checkpoint_0"))]),
+    Finding(
+        "accelerate_torn_resume", "accelerate.md", "load_state() resumes from a torn newest checkpoint, every restart",
+        ("accelerate", "torch"),
+        [Run(f"{SWITCH}{AT} accelerate_torn_resume.py",
+             both(lambda ls: all(has(ls, f"attempt {a} rank {r}: load_state() failed: SafetensorError")
+                                 for a in (1, 2) for r in (0, 1)), codes(1)),
+             gone=lambda ls, rcs: has(ls, "attempt 1 rank 0: finished", "attempt 1 rank 1: finished"))],
+        drop=r"^attempt 0 rank [1-9]: "),
+    Finding(
+        "transformers_best_not_on_node", "transformers.md",
+        "load_best_model_at_end without a shared filesystem: the other nodes keep their own weights, exit 0",
+        ("transformers", "accelerate", "torch"),
+        [Run(f"{R} transformers_best_not_on_node.py",
+             both(lambda ls: has(ls, "rank 1: best_model_checkpoint=disk1/out/checkpoint-4, weights file there: False,"
+                                     " replicas equal: False"), codes(0)),
+             gone=lambda ls, rcs: has(ls, "replicas equal: True") or rcs != (0,)),
+         Run(f"{N2} transformers_best_not_on_node.py", nodes=2,
+             expect=both(lambda ls: has(ls, "weights file there: False, replicas equal: False"), codes(0, 0)),
+             gone=lambda ls, rcs: has(ls, "replicas equal: True") or rcs != (0, 0)),
+         Run(f"{R} transformers_best_not_on_node.py save_on_each_node",  # one node: local rank 0 alone saves
+             both(lambda ls: has(ls, "rank 1: best_model_checkpoint=disk1/out/checkpoint-4, weights file there: False"),
+                  codes(0))),
+         Run(f"{R} transformers_best_not_on_node.py save_only_model",  # no folder on rank 1: not even a warning
+             both(lambda ls: has(ls, "rank 1: best_model_checkpoint=None, weights file there: False, replicas equal:"
+                                     " False") and not has(ls, "Could not locate"), codes(0)),
+             gone=lambda ls, rcs: has(ls, "replicas equal: True") or rcs != (0,)),
+         Run(f"{N2} transformers_best_not_on_node.py save_on_each_node", nodes=2,  # each node saves: it holds
+             expect=both(lambda ls: has(ls, "rank 0: best_model_checkpoint=disk0/out/checkpoint-4, weights file there:"
+                                            " True, replicas equal: True",
+                                        "rank 1: best_model_checkpoint=disk1/out/checkpoint-4, weights file there:"
+                                            " True, replicas equal: True"), codes(0, 0)))],
+        extras=[(r"Could not locate the best model at .*?save_on_each_node`\.", 0, 1)]),
+    Finding(
+        "transformers_torn_resume", "transformers.md",
+        "resume_from_checkpoint takes a torn newest checkpoint-<step>, every restart",
+        ("transformers", "accelerate", "torch"),
+        [Run(f"{SWITCH}{AT} transformers_torn_resume.py",
+             both(lambda ls: all(has(ls, f"attempt {a} rank {r}: train() failed: SafetensorError")
+                                 for a in (1, 2) for r in (0, 1)), codes(1)),
+             gone=lambda ls, rcs: has(ls, "attempt 1 rank 0: finished", "attempt 1 rank 1: finished"))],
+        drop=r"^attempt 0 rank [1-9]: train\(\) failed"),
+    Finding(
+        "lightning_last_per_rank", "lightning.md",
+        'fit(ckpt_path="last") is resolved by each rank on its own listing',
+        ("pytorch-lightning", "torch"),
+        [Run(f"{SWITCH}{R} --max-restarts=1 lightning_last_per_rank.py",
+             both(lambda ls: has(ls, "attempt 1 rank 0: starts at epoch 2", "attempt 1 rank 1: starts at epoch 0"),
+                  codes(1)),
+             gone=lambda ls, rcs: has(ls, "attempt 1 rank 1: starts at epoch 2")),
+         Run(f"{SWITCH}torchrun --nnodes=2 --nproc-per-node=1 --max-restarts=1 --rdzv-backend=c10d "
+             "--rdzv-endpoint=HOST:29500 lightning_last_per_rank.py", nodes=2,
+             expect=both(lambda ls: has(ls, "attempt 1 rank 0: starts at epoch 2",
+                                        "attempt 1 rank 1: starts at epoch 0"), lambda rcs: set(rcs) == {1}),
+             gone=lambda ls, rcs: has(ls, "attempt 1 rank 1: starts at epoch 2"))],
+        extras=[(r"there is no last checkpoint available", 0, 0),
+                (r"Restoring states from the checkpoint path at \S+", 1, 0)]),
+]
+
+
+def versions(finding: Finding) -> str:
+    return ", ".join(f"{p} {version(p)}" for p in finding.packages)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def execute(run: Run, repro: Path, workdir: Path) -> tuple[str, tuple[int, ...]]:
+    """Run the command in workdir (the repro copied in), as the page gives it; (stdout+stderr, exit codes)."""
+    shutil.copy(repro, workdir / repro.name)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               PYTHONWARNINGS="ignore")
+    command = run.command.replace("HOST:29500", f"127.0.0.1:{free_port()}")
+    procs = [subprocess.Popen(["bash", "-c", command], cwd=workdir, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+             for _ in range(run.nodes)]
+    texts, rcs = [], []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            out += f"\n(timed out after {TIMEOUT_S} s)\n"
+        texts.append(out)
+        rcs.append(proc.returncode)
+    return "\n".join(texts), tuple(rcs)
+
+
+def keep(finding: Finding, text: str, workdir: Path) -> list[str]:
+    """The repro's own lines and the quoted framework lines, sorted by (attempt, rank), paths made relative."""
+    text = text.replace(f"{workdir.resolve()}/", "").replace(f"{workdir}/", "")
+    found = []
+    for number, line in enumerate(text.splitlines()):
+        for m in MARK.finditer(line):  # ranks share the console: two lines can arrive glued together
+            kept = m.group(0).rstrip()
+            if not (finding.drop and re.search(finding.drop, kept)):
+                found.append(((int(m.group(1) or 0), int(m.group(2)), number), kept))
+        for pattern, attempt, rank in finding.extras:
+            for m in re.finditer(pattern, line):
+                found.append(((attempt, rank, -1), m.group(0)))
+    return [line for _, line in sorted(found)]
+
+
+def render(finding: Finding, status: str, results: list[tuple[Run, list[str], tuple[int, ...]]]) -> str:
+    out = [f"# make findings: {status} with {versions(finding)}"]
+    for run, lines, rcs in results:
+        agents = " (two agents side by side, one a node)" if run.nodes == 2 else ""
+        out += ["", f"$ {run.command}{agents}", *lines,
+                f"(exit code{'s' if len(rcs) > 1 else ''} {', '.join(map(str, rcs))})"]
+    return "\n".join(out) + "\n"
+
+
+def judge(finding: Finding, results) -> str:
+    if all(run.expect(lines, rcs) for run, lines, rcs in results):
+        return "still present"
+    if any(run.gone and run.gone(lines, rcs) for run, lines, rcs in results):
+        return "gone"
+    return "error"
+
+
+def run_finding(finding: Finding) -> tuple[str, str]:
+    """(status, rendered output) of one finding; each run in its own empty folder."""
+    results = []
+    for run in finding.runs:
+        with tempfile.TemporaryDirectory(prefix=f"finding-{finding.name}-") as tmp:
+            text, rcs = execute(run, REPROS / f"{finding.name}.py", Path(tmp))
+            results.append((run, keep(finding, text, Path(tmp)), rcs))
+    status = judge(finding, results)
+    return status, render(finding, status, results)
+
+
+def block(page_text: str, kind: str, name: str) -> tuple[int, int] | None:
+    """(start, end) offsets of the body of the fenced block right after `<!-- output: name -->` (```text) or
+    `<!-- repro: name.py -->` (```python), if the page has one."""
+    marker, fence = (f"output: {name}", "text") if kind == "output" else (f"repro: {name}.py", "python")
+    m = re.search(rf"<!-- {re.escape(marker)} -->\n```{fence}\n(.*?)```\n", page_text, re.S)
+    return (m.start(1), m.end(1)) if m else None
+
+
+def put(page_text: str, kind: str, name: str, body: str) -> str:
+    span = block(page_text, kind, name)
+    return page_text[:span[0]] + body + page_text[span[1]:] if span else page_text
+
+
+def write(finding: Finding, rendered: str) -> None:
+    """The captured output to docs/findings/output/<name>.txt; it and the repro's file into the page's blocks."""
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    (OUTPUT / f"{finding.name}.txt").write_text(rendered)
+    page = FINDINGS_DIR / finding.page
+    text = put(page.read_text(), "output", finding.name, rendered)
+    page.write_text(put(text, "repro", finding.name, (REPROS / f"{finding.name}.py").read_text()))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated finding names (default: all)")
+    parser.add_argument("--no-write", action="store_true", help="print the statuses, write nothing")
+    parser.add_argument("--expect-present", action="store_true", help="exit 1 unless every finding is still present")
+    args = parser.parse_args(argv)
+    names = [n for n in args.only.split(",") if n]
+    unknown = sorted(set(names) - {f.name for f in FINDINGS})
+    if unknown:
+        print(f"error: unknown finding {', '.join(unknown)}; known: {', '.join(f.name for f in FINDINGS)}",
+              file=sys.stderr)
+        return 2
+    failed = False
+    for finding in FINDINGS:
+        if names and finding.name not in names:
+            continue
+        status, rendered = run_finding(finding)
+        print(f"{finding.name:32} {status:14} {versions(finding)}", flush=True)
+        if status == "error":
+            print(rendered, file=sys.stderr)
+        if not args.no_write:
+            write(finding, rendered)
+        failed |= status == "error" or (args.expect_present and status != "still present")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
