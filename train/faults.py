@@ -13,11 +13,16 @@ The resume loop's (framework=torch_loop; fault.kill_epoch, kill_at, stale_listin
   kill_point       a named place in a save where rank 0 may be SIGKILLed (after_save, dcp's commit)
   listing          the checkpoint names a rank sees when it resumes (a stale listing: resume_disagree)
   before_delete    a rotation's delete of an old checkpoint (it comes second: cleanup)
+The async save's (checkpoint.async_save; fault.async_fault at fault.kill_epoch's save, first attempt):
+  async_before_shard / async_after_shard   a rank's write of its shard, in the save's thread: in_flight stalls rank
+                   0's there (the save stays in flight); overwrite kills rank 1 before its write once rank 0 wrote
+  async_dispatched the loop's steps after dispatching a save are done: in_flight kills rank 0 here, save in flight
 A kill is SIGKILL from the rank itself, on the first attempt only: no exception, no handler, no flush.
 """
 import errno
 import os
 import signal
+import threading
 import time
 from datetime import timedelta
 
@@ -128,10 +133,52 @@ class Faults:
         while os.path.lexists(path) and time.monotonic() < deadline:
             time.sleep(0.02)
 
+    # --- the async save's points (checkpoint.async_save, fault.async_fault) ---
+    def _async_at(self, case: str, epoch: int) -> bool:
+        from train.events import attempt
+
+        return self.fault["async_fault"] == case and self.fault["kill_epoch"] == epoch and attempt() == 0
+
+    def async_before_shard(self, epoch: int, rank: int):
+        """In the save's thread, before `rank` writes its shard. overwrite: rank 1 waits until rank 0 has written
+        its shard (the rendezvous store says so), then is killed with SIGKILL before writing its own."""
+        if self._async_at("overwrite", epoch) and rank == 1:
+            try:
+                default_store().wait([f"race-lab/async/wrote/{epoch}"], timedelta(seconds=30))
+            except (RuntimeError, dist.DistError):
+                pass
+            self.events.record("crash", at="before_write", epoch=epoch, path=f"shard {rank}")
+            self.say(f"Killed with SIGKILL before writing its shard of epoch {epoch}'s checkpoint (fault.async_fault).")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def async_after_shard(self, epoch: int, rank: int):
+        """In the save's thread, once `rank` wrote its shard. overwrite: rank 0 says so on the store. in_flight:
+        rank 0's save thread stalls here for good, so the save stays in flight until rank 0 is killed."""
+        if self._async_at("overwrite", epoch) and rank == 0:
+            default_store().set(f"race-lab/async/wrote/{epoch}", "1")
+        if self._async_at("in_flight", epoch) and rank == 0:
+            threading.Event().wait()
+
+    def async_dispatched(self, epoch: int, path):
+        """In the loop, once it has dispatched a save and done what it does right after. in_flight: rank 0 is
+        killed with SIGKILL here, its save still in flight (async_after_shard holds it)."""
+        if self._async_at("in_flight", epoch) and self.rank == 0:
+            self.events.record("crash", at="in_flight", epoch=epoch, path=str(path))
+            self.say(f"Killed with SIGKILL while epoch {epoch}'s async save is in flight (fault.async_fault).")
+            os.kill(os.getpid(), signal.SIGKILL)
+
     def _stall(self, name, seconds, **fields):
         self.events.record(f"{name}_start", seconds=seconds, **fields)
         time.sleep(seconds)
         self.events.record(f"{name}_end")
+
+
+ASYNC_FAULTS = {
+    "in_flight": "rank 0 is killed with SIGKILL while fault.kill_epoch's async save is still being written",
+    "shared_group": "the async save's collectives run on the training's process group",
+    "overwrite": "every save goes into one folder, over the last; at fault.kill_epoch's save rank 1 is killed before "
+                 "writing its shard, once rank 0 has written its own",
+}
 
 
 def describe(cfg: dict) -> str:
@@ -149,7 +196,7 @@ def describe(cfg: dict) -> str:
     if fault["save_error"]:
         code = getattr(errno, fault["save_error"])
         parts.append(f"rank 0's last save fails halfway with OSError {fault['save_error']} ({os.strerror(code)})")
-    if fault["kill_epoch"] is not None:
+    if fault["kill_epoch"] is not None and not fault["async_fault"]:  # an async fault says its own
         where = "halfway through writing" if fault["kill_at"] == "mid_write" else "right after it completes"
         parts.append(f"rank 0 is killed with SIGKILL {where} epoch {fault['kill_epoch']}'s checkpoint, on the "
                      f"first attempt (torch elastic restarts up to {cfg['launch']['max_restarts']} times)")
@@ -157,6 +204,9 @@ def describe(cfg: dict) -> str:
         parts.append("after a restart every rank but 0 lists the checkpoints without the newest (a stale listing)")
     if fault["delete_race"]:
         parts.append("two ranks delete the same old checkpoint, rank 0 first")
+    if ckpt["async_save"]:
+        parts.append("checkpoints are saved in the background (dcp.async_save) while training goes on")
+    parts += [ASYNC_FAULTS[fault["async_fault"]]] if fault["async_fault"] else []
     if ckpt["keep_last"]:
         parts.append(f"checkpoints rotate: the newest {ckpt['keep_last']} are kept")
     if ckpt["pointer"]:

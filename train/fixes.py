@@ -11,6 +11,10 @@ framework adapter (train/frameworks/) call these at their own seams, so no fix i
   rank0_decides  the same for any value: rank 0's choice of a checkpoint to resume from (agreed, the resume loop)
   write_marker / is_complete   a completeness marker written last, with a digest of the file (manifest)
   rotate_on_rank0  keep the newest N checkpoints: one rank deletes the others, after a barrier (rank0_rotates)
+Async saves (checkpoint.async_save):
+  group_of_its_own       a process group for the save's collectives alone (own_group)
+  complete_when_durable  the pointer and the cleanup only after the save's Future and a barrier (on_durable)
+  fresh_folder / rename_into_place   a save over a checkpoint goes to a fresh folder, renamed into place (fresh_rename)
 """
 import hashlib
 import json
@@ -242,3 +246,45 @@ DCP_METADATA_GLOBALS = {("pathlib", "PosixPath"), ("torch", "Size"), ("torch.ser
                         ("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("collections", "OrderedDict")}
 DTYPES = {"float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
           "complex64", "complex128"}
+
+
+# --- async saves: a save that training does not wait for (checkpoint.async_save; docs/async.md) ---------------
+
+def group_of_its_own():
+    """A gloo process group for the save's collectives alone, so that they never pair with training's on the same
+    group (KempnerForge#104, torchtitan PR#313). Collective: every rank calls it at the same point."""
+    return dist.new_group(backend="gloo")
+
+
+def complete_when_durable(events, pending, group, publish):
+    """The completion step of an async save: wait for its Future (`pending.result()`, as torch documents), a
+    barrier on the save's group, then rank 0 calls `publish()` (the pointer, the cleanup): nothing names or deletes
+    a checkpoint before every rank's part is durable (KempnerForge#102/PR#103). Raises SyncFailed (recorded)."""
+    pending.result()
+    if not watched(events, "barrier", lambda: dist.barrier(group=group)):
+        raise SyncFailed
+    if dist.get_rank() == 0:
+        publish()
+
+
+def fresh_folder(path) -> Path:
+    """Where a save over `path` goes first: a fresh folder beside it (Orbax's design); rename_into_place commits it."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.incoming")
+
+
+def rename_into_place(incoming, path):
+    """Rank 0, once every rank's part of `incoming` is durable: the old `path` moves aside, `incoming` is renamed
+    onto it, the old one is deleted. A crash at any point leaves `path` or `path.old` whole, never a mix."""
+    incoming, path = Path(incoming), Path(path)
+    old = path.with_name(path.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        os.replace(path, old)
+    os.replace(incoming, path)
+    shutil.rmtree(old, ignore_errors=True)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)

@@ -36,6 +36,8 @@ def _place(peer: int, place: dict, events) -> str:
     """Where a peer was when a rank's sync could never end, in words (place: train/toolkit/hang.py's)."""
     if place["at"] == "sync":
         return f"rank {peer} waited in its {place['how']} instead"
+    if place["at"] == "paired":  # an async save's collectives and training's on one group (torch_loop/async_save.py)
+        return f"rank {peer} {place['how']}"
     skipped = "skipped the load and " if any(e["rank"] == peer and e["event"] == "skip" for e in events) else ""
     if place["at"] == "end":
         return f"rank {peer} {skipped}went on to the end of the run without entering it"

@@ -16,7 +16,7 @@ from train.judge.vocabulary import (
 
 # --- the resume loop (framework=torch_loop): restarts, and the checkpoint each attempt resumed from ------------
 
-FAILURE_EVENTS = ("crash", "load_error", "rotate_error", "train_error", "sync_error")
+FAILURE_EVENTS = ("crash", "load_error", "rotate_error", "train_error", "sync_error", "hang")
 
 
 def _attempt(e) -> int:
@@ -57,6 +57,8 @@ def attempt_end(events, n: int, finished: bool) -> dict:
     elif first["event"] == "load_error":
         kind = classify_load_error(first["error_type"], first["message"], first.get("in_reader", False))
         what = f"rank {first['rank']} could not resume from it ({kind}: {load_error_sentence(first['error_type'], first['message'])})"
+    elif first["event"] == "hang":
+        what = f"rank {first['rank']} hung: its {first['sync']} could never end"
     elif first["event"] == "rotate_error":
         what = f"rank {first['rank']} deleting it: {first['error_type']}: {short(first['message'])}"
     else:

@@ -46,6 +46,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from train.fixes import (SyncFailed, atomic_write, dcp_load, dcp_save, is_complete, rank0_decides, remove_checkpoint,
                          rotate_on_rank0, watched, write_marker)
+from train.frameworks.torch_loop.async_save import ASYNC_FIX_NAMES, AsyncSaver
 from train.frameworks.torch_loop.observed import ObservedRank0Checkpoints
 from train.toolkit.rank import Rank, checkpoint_dir, say
 from train.toolkit.resume import start_attempt, write_in_place
@@ -75,6 +76,9 @@ BY_FIX = {
     "rank0_rotates": Way(rank0_rotates=True),
     "rank0_leads": Way(leads=True),
 }
+# the async save's fixes: only where a scenario saves async (configs/framework/torch_loop.yaml's not_for marks
+# them n/a elsewhere, and the async scenarios take that back); async_save.py does them, from train/fixes.py
+ASYNC_FIXES = {name: Way(dcp=True) for name in ASYNC_FIX_NAMES}
 POINTER = "latest"  # DeepSpeed's name for it
 
 
@@ -99,7 +103,7 @@ class ResumeLoop:
     def __init__(self, rank: Rank):
         cfg = rank.cfg
         self.cfg, self.events, self.faults = cfg, rank.events, rank.faults
-        self.rank, self.way = rank, BY_FIX[cfg["fix"]["name"]]
+        self.rank, self.way = rank, BY_FIX.get(cfg["fix"]["name"]) or ASYNC_FIXES[cfg["fix"]["name"]]
         self.folder = Path(checkpoint_dir(cfg))  # epoch<k>.pt (or epoch<k>/ with dcp), and `latest`
         self.keep = cfg["checkpoint"]["keep_last"]  # 0: keep all
         self.use_pointer = cfg["checkpoint"]["pointer"]  # find the newest through `latest`
@@ -107,10 +111,13 @@ class ResumeLoop:
         self.me = dist.get_rank()
         self.leads = ObservedRank0Checkpoints(self.folder, self.keep, self.use_pointer, self.events,
                                               self.faults) if self.way.leads else None
+        self.saver = None  # AsyncSaver with checkpoint.async_save, made once the group exists (run)
+        self.dcp = self.way.dcp or cfg["checkpoint"]["async_save"]  # async saves are dcp's
 
     def run(self):
         cfg, data = self.cfg, self.cfg["data"]
         start_attempt(self.rank, self.folder)
+        self.saver = AsyncSaver(self) if cfg["checkpoint"]["async_save"] else None
         torch.manual_seed(cfg["seed"])
         x_train, y_train, _, _ = digits_split(data, cfg["seed"])
         train_set = TensorDataset(x_train, y_train)
@@ -132,9 +139,13 @@ class ResumeLoop:
                     F.cross_entropy(self.model(x), y).backward()
                     optimizer.step()
                     optimizer.zero_grad()
+                    if self.saver:
+                        self.saver.tick()
                 say(f"epoch {epoch} trained")
                 self.save(epoch)
                 self.rotate()
+            if self.saver:
+                self.saver.wait()  # the last save, durable before the run ends
         except SyncFailed:
             raise RuntimeError("a sync failed (recorded)") from None
         except Exception as e:  # recorded, then the rank dies as a real loop would: torch elastic restarts it
@@ -155,13 +166,19 @@ class ResumeLoop:
     def digest(self) -> str:
         return weights_digest(self.model.module.state_dict())
 
+    @staticmethod
+    def digest_of(weights: dict) -> str:
+        return weights_digest(weights)
+
     # --- where checkpoints are ---
     def path_of(self, epoch: int) -> Path:
-        return self.folder / (f"epoch{epoch}" if self.way.dcp else f"epoch{epoch}.pt")
+        if self.saver:
+            return self.saver.path_of(epoch)
+        return self.folder / (f"epoch{epoch}" if self.dcp else f"epoch{epoch}.pt")
 
     def checkpoints(self) -> list:
         """The checkpoints in the folder, oldest first, by their epoch number (a temporary file is not one)."""
-        pattern = re.compile(r"^epoch(\d+)$" if self.way.dcp else r"^epoch(\d+)\.pt$")
+        pattern = re.compile(r"^epoch(\d+)$" if self.dcp else r"^epoch(\d+)\.pt$")
         found = [(int(m.group(1)), p) for p in self.folder.iterdir() if (m := pattern.match(p.name))]
         return [p for _, p in sorted(found)]
 
@@ -185,11 +202,13 @@ class ResumeLoop:
         def newest():
             nonlocal listed
             listed = self.faults.listing(self.checkpoints())
+            if self.saver:
+                listed = self.saver.listed(listed)
             if self.use_pointer:
                 named = self.read_pointer()
                 if not self.way.marker or named is None or is_complete(named):
                     return named
-            if self.way.dcp:
+            if self.dcp:
                 listed = [p for p in listed if (p / ".metadata").exists()]  # dcp's commit point
             if self.way.marker:
                 listed = [p for p in listed if is_complete(p)]  # fall back to the newest complete one
@@ -212,9 +231,12 @@ class ResumeLoop:
         size = path.stat().st_size if path.is_file() else None
         self.events.record("load_attempt", path=str(path), bytes=size)
         try:
-            if self.way.dcp:
+            if self.dcp:
                 state = {"model": self.model.module.state_dict(), "epoch": torch.tensor(0), "step": torch.tensor(0)}
-                dcp_load(state, path)  # in place; its .metadata runs no foreign code
+                if self.saver:
+                    self.saver.load(state, path)  # and each shard's digest (shard_read)
+                else:
+                    dcp_load(state, path)  # in place; its .metadata runs no foreign code
                 epoch, step = int(state["epoch"]), int(state["step"])
             else:
                 state = torch.load(path, weights_only=True)
@@ -249,7 +271,9 @@ class ResumeLoop:
         if self.leads:  # rank 0 writes (the marker last), a barrier, rank 0 rotates: the helper's own save
             self.leads.save(epoch, {"model": weights, "epoch": epoch, "step": step})
             return
-        if self.way.dcp:
+        if self.saver:
+            self.saver.save(epoch, step, weights)  # dispatched; durable later (async_save.py)
+        elif self.dcp:
             self.save_dcp(path, epoch, step, weights)
         elif self.me == 0:
             self.save_file(path, epoch, step, weights)
@@ -287,7 +311,7 @@ class ResumeLoop:
     def rotate(self):
         """checkpoint.keep_last: delete all but the newest. The naive loop: every rank deletes them
         (transformers#20988); rank0_rotates: rank 0 alone, after a barrier."""
-        if not self.keep or self.leads:  # the helper rotates in its save
+        if not self.keep or self.leads or self.saver:  # the helper, the async saver rotate in their save
             return
         old = self.checkpoints()[:-self.keep]
         if self.way.rank0_rotates:
