@@ -4,8 +4,8 @@ every attempt, is train/frameworks/accelerate/resume.py's, called by fit_and_res
 the docs show), and `Accelerator.load_state` of that folder on every rank after the last epoch. save_state
 writes model.safetensors (safetensors) on the main process only, and neither it nor load_state waits for that
 write: the user is to call `accelerator.wait_for_everyone()` between them (the docs' "Executing and deferring
-jobs" guide; their checkpointing example has no such line). fix=as_shipped is the loop without it
-(docs/findings/accelerate.md).
+jobs" guide; the checkpointing guide's example has a training loop between save and load, and no such line).
+fix=as_shipped is the loop without it (docs/findings/accelerate.md).
 
 Accelerate is a library, not a trainer: the loop is the user's, so shape_metric, before_last_save and the save and
 load calls sit in it. Everything else goes through Accelerate's public hooks, on every rank:
