@@ -91,6 +91,9 @@ def _plan(argv: list) -> dict:
                                                           "(check.disks=shared)"})
         elif not setup["restarts"] and workload == "resume":
             plan["left_out"].append({"name": name, "why": "your jobs do not restart (check.restarts=false)"})
+        elif cfg["checkpoint"]["async_save"]:  # its fixes are the async saver's; the sync scenarios' fix holds none
+            plan["left_out"].append({"name": name, "why": "an async save's scenario (checkpoint.async_save): the check "
+                                                          "runs your synchronous saves; docs/async.md measures these"})
         else:
             cannot = not_applicable(cfg)
             if not cannot:

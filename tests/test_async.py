@@ -1,0 +1,125 @@
+"""Async saves (issue 27), framework=torch_loop with checkpoint.async_save (dcp.async_save), real gloo ranks
+(world_size=2), real SIGKILLs and torch elastic's own restarts; each scenario as shipped (fix=in_place) and with the
+fix it is for, one Hydra multirun per scenario, the three side by side:
+
+- async_in_flight: `latest` and the cleanup advance at dispatch; rank 0 is killed while epoch 1's save is in flight:
+  the restart follows `latest` to a folder with no .metadata and runs out of restarts (not clean); on_durable: the
+  pointer and cleanup wait for the Future and a barrier, and the restart resumes from epoch 0: clean.
+- async_shared_group: the save's collectives on the training's group: hung on every rank, named by the watcher well
+  before timeout.collective_s; own_group: clean.
+- dcp_overwrite: a save over one folder, rank 1 killed before its shard: every rank's load returned, and the resume
+  is `mixed` (a shard of another step), naming the shard; fresh_rename: clean.
+And a Ctrl-C while an async save is pending leaves no rank, thread or process behind.
+"""
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import sweep_groups
+from test_interrupt import assert_stopped_at_once, events_below, interrupt
+
+ENDS_WITHIN_S = 400  # the three groups together; about two minutes on 2 idle cores
+
+GROUPS = {
+    "in_flight": ["scenario=async_in_flight", "fix=in_place,on_durable"],
+    "shared_group": ["scenario=async_shared_group", "fix=in_place,own_group"],
+    "overwrite": ["scenario=dcp_overwrite", "fix=in_place,fresh_rename"],
+}
+
+
+@pytest.fixture(scope="module")
+def groups(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("async")
+    return sweep_groups(root, GROUPS, "world_size=2", "framework=torch_loop", deadline_s=ENDS_WITHIN_S)
+
+
+def by_fix(launch) -> dict:
+    return {s["config"]["fix"]["name"]: (s, job) for s, job in launch.jobs()}
+
+
+def events_of(job_dir: Path) -> list:
+    from train.events import read_events
+    return read_events(job_dir)
+
+
+@pytest.mark.slow
+def test_the_pointer_advanced_before_durable_is_not_clean_and_on_durable_is(groups):
+    naive, job = by_fix(groups["in_flight"])["in_place"]
+    assert naive["verdict"] == "race" and naive["resume"]["run"] == "out_of_restarts", naive["explanation"]
+    assert "metadata is None" in naive["explanation"]  # KempnerForge#102's own words: .metadata never written
+    events = events_of(job)
+    crash = next(e for e in events if e["event"] == "crash")
+    assert crash["at"] == "in_flight"
+    dispatched = [e for e in events if e["event"] == "save_dispatch" and e["epoch"] == 1 and e["attempt"] == 0]
+    ended = [e for e in events if e["event"] == "save_end" and e["epoch"] == 1 and e["attempt"] == 0]
+    assert dispatched and not ended  # killed in the window: dispatched, never durable
+    fixed, job = by_fix(groups["in_flight"])["on_durable"]
+    assert fixed["verdict"] == "clean", fixed["explanation"]
+    assert {r[-1]["step"] for r in fixed["resume"]["ranks"].values()} == {10}  # epoch 0's, the newest durable
+    ends = [e for e in events_of(job) if e["event"] == "save_end"]
+    assert ends and all(e["dispatched_t"] <= e["durable_t"] <= e["t"] for e in ends)  # the window, on record
+
+
+@pytest.mark.slow
+def test_the_save_on_the_trainings_group_is_never_clean_a_hang_is_named_before_the_timeout_and_its_own_group_is_clean(
+        groups):
+    """The two threads' collectives pair by chance: most runs deadlock (both ranks hung, named by the watcher), some
+    end sooner in gloo's own "collective mismatch" abort of a rank (aborted): docs/async.md has the counts."""
+    naive, job = by_fix(groups["shared_group"])["in_place"]
+    assert naive["verdict"] == "race", naive["explanation"]
+    outcomes = {r["outcome"] for r in naive["ranks"]}
+    assert outcomes <= {"hung", "aborted"}, naive["explanation"]
+    events = events_of(job)
+    hangs = [e for e in events if e["event"] == "hang"]
+    start = min(e["t"] for e in events if e["event"] == "loop_start")
+    collective_s = naive["config"]["timeout"]["collective_s"]
+    assert ("hung" in outcomes) == bool(hangs)
+    assert all(e["t"] - start < collective_s / 2 for e in hangs)  # named, not timed out
+    assert not [e for e in events if e.get("timed_out")]
+    fixed, _ = by_fix(groups["shared_group"])["own_group"]
+    assert fixed["verdict"] == "clean", fixed["explanation"]
+
+
+@pytest.mark.slow
+def test_a_dcp_save_over_a_folder_cut_short_loads_as_mixed_though_every_load_returned(groups):
+    naive, job = by_fix(groups["overwrite"])["in_place"]
+    assert naive["verdict"] == "race", naive["explanation"]
+    assert [r["outcome"] for r in naive["ranks"]] == ["mixed", "mixed"], naive["explanation"]
+    events = events_of(job)
+    assert not [e for e in events if e["event"] == "load_error"]  # every load returned
+    resumed = [e for e in events if e["event"] == "resume" and e["attempt"] == 1]
+    assert len(resumed) == 2 and all(e["path"].endswith("/last") for e in resumed)
+    assert "shard 1 it read as step" in naive["explanation"] or "shard 0 it read as step" in naive["explanation"]
+    fixed, _ = by_fix(groups["overwrite"])["fresh_rename"]
+    assert fixed["verdict"] == "clean", fixed["explanation"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_an_async_save_is_pending_leaves_no_rank_thread_or_process(tmp_path):
+    """The save on the training's group is stuck the moment it is dispatched (the hang above, named only after
+    3 s of no progress): a Ctrl-C 1 s after the first dispatch finds it pending. Every rank stops at once."""
+    run_dir = tmp_path / "run"
+
+    def dispatched(events):
+        return [e for e in events if e["rank"] == 0 and e["event"] == "save_dispatch"]
+
+    rc, took, sent, out = interrupt(run_dir, [f"hydra.run.dir={run_dir}", "world_size=2", "framework=torch_loop",
+                                              "scenario=async_shared_group"], after=1.0, when=dispatched)
+    events = events_below(run_dir)
+    first = min(e["t"] for e in dispatched(events))
+    durable = [e for e in events if e["event"] == "save_end" and first <= e["t"] <= sent]
+    assert not durable, "the save was durable before the signal: nothing was pending"
+    assert_stopped_at_once(run_dir, rc, took, sent, out)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["verdict"] == "interrupted"
+
+
+def test_race_lab_check_leaves_the_async_scenarios_out_and_says_why():
+    from train.launch.check import plan_check
+
+    plan = plan_check(["framework=torch_loop"])
+    left = {s["name"]: s["why"] for s in plan["left_out"]}
+    for name in ("async_in_flight", "async_shared_group", "dcp_overwrite"):
+        assert "an async save's scenario (checkpoint.async_save)" in left[name]
