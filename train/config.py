@@ -80,11 +80,10 @@ class CheckpointConfig:
     pointer: bool = key(False, "framework=torch_loop: find the newest checkpoint through a `latest` pointer file "
                                "(DeepSpeed's), not by listing the folder (pointer_first)",
                    only={"workload": ["resume"], "framework.name": ["torch_loop", "lightning"]})
-    async_save: bool = key(False, "framework=torch_loop and lightning: save in the background while training goes on "
-                                  "(torch's dcp.async_save, waited on through its Future; Lightning's "
-                                  "AsyncCheckpointIO); each save records when it was dispatched and when it was "
-                                  "durable (docs/async.md)",
-                           only={"framework.name": ["torch_loop", "lightning"]})
+    async_save: bool = key(False, "framework=torch_loop: save in the background while training goes on (torch's "
+                                  "dcp.async_save, waited on through its Future); each save records when it was "
+                                  "dispatched and when it was durable (docs/async.md)",
+                           only={"framework.name": ["torch_loop"]})
 
 
 @dataclass
