@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, tagged_env
+from conftest import ROOT, tagged_env
 from train.config import ConfigError
 from train.launch.check import plan_check
 from train.report.check_card import card, last_line, result
@@ -114,7 +114,7 @@ def test_the_command_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
     done = subprocess.run([sys.executable, "-m", "train", "check", "framework=lightning", "check.repeats=0"],
                           check=False, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["error: check.repeats=0: must be an integer >= 1"]
+    assert done.stderr.strip().splitlines() == ["error: check.repeats=0: must be an integer >= 1 and <= 100"]
     assert not (tmp_path / "runs").exists()
 
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import ROOT, tagged_env
+from conftest import ROOT, tagged_env
 from train.launch.defaults import a_command_that_runs, with_defaults_filled
 
 

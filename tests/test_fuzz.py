@@ -102,9 +102,12 @@ def preflight_line(overrides, run_dir: Path):
     from train.launch.job import resolved
     from train.launch.plan import Machine, not_applicable
 
+    from train.launch.defaults import with_defaults_filled
+
+    overrides = with_defaults_filled(list(overrides))  # as the race-lab command does (train/__main__.py)
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         try:
-            cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+            cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
         except Exception as e:  # what python -m train turns into one line (train/launch/hydra_errors.py)
             line = config_error_line(e)
             assert line is not None, f"{type(e).__name__} would reach the user as a traceback: {e}"
@@ -119,7 +122,8 @@ def preflight_line(overrides, run_dir: Path):
             check(plain)  # as the launcher: a bad value is refused before a cell can be n/a
             if not_applicable(plain):
                 return "n/a"
-            preflight(plain, Machine(cpus=2, gpus=0, memory_mib=16000, open_files=1024), reach_data=False)
+            preflight(plain, Machine(cpus=2, gpus=0, memory_mib=16000, open_files=1024), reach_data=False,
+                      given=list(overrides))
         except ConfigError as e:
             return str(e)
     return None, plain

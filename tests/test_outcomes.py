@@ -944,12 +944,64 @@ def test_a_crash_loop_on_a_torn_file_says_each_attempt_and_each_rank_in_one_sent
     could_not = "rank 0 could not resume from it (corrupt: OSError: [Errno 22] Invalid argument)"
     assert v.explanation == (
         "race: ran out of restarts after 3 attempts (attempt 0 died on epoch1.pt: rank 0 killed with SIGKILL mid "
-        f"write (planted); attempt 1 died on epoch1.pt: {could_not}; attempt 2 died on epoch1.pt: {could_not}); "
+        f"write (planted); attempts 1-2 died on epoch1.pt: {could_not}); "
         "rank 0 corrupt (resuming from m/epoch1.pt: OSError: [Errno 22] Invalid argument); rank 1 aborted (stopped "
         "by torch elastic when a peer failed)")
     assert v.resume["attempts"][1:] == [{"attempt": n, "ended": "died", "rank": 0, "file": "m/epoch1.pt",
                                          "what": could_not, "error_type": "OSError"} for n in (1, 2)]
     assert (v.resume["run"], v.resume["restarts"], v.replicas) == ("out_of_restarts", 2, "unknown")
+
+
+def _torn_reads(events, attempts, rank_of=lambda n: 0, path="m/epoch1.pt"):
+    for n in attempts:
+        events = events + [(5.0 * n, 0, "loop_start", {"attempt": n}),
+                           (5.0 * n + 1, rank_of(n), "load_error", {"attempt": n, "path": path, "error_type": "OSError",
+                                                                    "message": "[Errno 22] Invalid argument"})]
+    return events
+
+
+def test_a_crash_loop_is_certain_after_two_attempts_in_a_row_die_reading_the_same_file_whichever_rank():
+    from train.judge.crash_loop import crash_loop
+
+    def events_of(tuples):
+        return _resume_run(*tuples, status="failed")
+
+    killed = _attempt0_killed_mid_epoch1()
+    assert crash_loop(events_of(killed)) is None  # one death, and a planted one
+    assert crash_loop(events_of(_torn_reads(killed, [1]))) is None  # the planted kill and one torn read
+    loop = crash_loop(events_of(_torn_reads(killed, [1, 2], rank_of=lambda n: n % 2)))
+    assert loop == {"attempts": [1, 2], "doing": "reading", "file": "m/epoch1.pt", "kind": "corrupt",
+                    "sentence": "crash loop: every attempt dies reading epoch1.pt (corrupt)"}
+    other_file = _torn_reads(_torn_reads(killed, [1]), [2], path="m/epoch0.pt")
+    assert crash_loop(events_of(other_file)) is None  # two deaths, two places: no loop yet
+
+
+def test_a_run_the_launcher_ended_as_a_crash_loop_says_so_first_and_groups_the_attempts():
+    from train.judge.verdict import judge
+
+    events = _torn_reads(_attempt0_killed_mid_epoch1(), [1, 2, 3])
+    events.append((16.5, "launcher", "crash_loop", {"attempts": [2, 3], "doing": "reading", "file": "m/epoch1.pt",
+                                                    "kind": "corrupt", "sentence": "crash loop: every attempt dies "
+                                                                                  "reading epoch1.pt (corrupt)"}))
+    events = _torn_reads(events, [4], rank_of=lambda n: 1)  # the agent restarted it once more as it stopped
+    v = judge(_resume_run(*events, status="crash_loop"), 2)
+    assert (v.verdict, v.resume["run"]) == ("race", "crash_loop")
+    assert v.explanation.startswith(
+        "race: crash loop: every attempt dies reading epoch1.pt (corrupt); ended after 4 attempts, the restarts left "
+        "unused (attempt 0 died on epoch1.pt: rank 0 killed with SIGKILL mid write (planted); attempts 1-3 died on "
+        "epoch1.pt: rank 0 could not resume from it (corrupt: OSError: [Errno 22] Invalid argument))"), v.explanation
+    assert v.resume["restarts"] == 3  # attempt 4, begun as the launcher stopped the run, is no evidence
+    assert v.resume["crash_loop"]["attempts"] == [2, 3]
+
+
+def test_a_resume_run_stopped_at_its_time_limit_says_so_not_out_of_restarts():
+    from train.judge.verdict import judge
+
+    events = _torn_reads(_attempt0_killed_mid_epoch1(), [1], rank_of=lambda n: 1)
+    v = judge(_resume_run(*events, status="timeout"), 2)
+    assert (v.verdict, v.resume["run"]) == ("race", "timed_out")
+    assert v.explanation.startswith("race: stopped by the launcher at timeout.run_s after 2 attempts (attempt 0 "), \
+        v.explanation
 
 
 def test_replicas_that_resumed_from_different_checkpoints_diverge_and_the_sentence_names_each_step():

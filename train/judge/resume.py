@@ -1,4 +1,7 @@
 """The resume verdict (workload=resume): each rank's resumes against the newest complete checkpoint, and how the run ended."""
+import re
+
+from train.judge.crash_loop import crash_loop
 from train.judge.explain import replicas
 from train.judge.load_best import hang_detail, rank_timings
 from train.judge.shards import mixed_resumes
@@ -123,6 +126,10 @@ def resume_judge(events: list, world_size: int) -> Verdict:
     status = launch_status([e for e in events if e["rank"] == "launcher"])
     ranked = [e for e in events if isinstance(e["rank"], int)]
     attempts = sorted({_attempt(e) for e in ranked}) or [0]
+    named = last_event([e for e in events if e["rank"] == "launcher"], "crash_loop")
+    if status == "crash_loop" and named:  # an attempt the agent began as the launcher stopped it is no evidence
+        attempts = [n for n in attempts if n <= named["attempts"][-1]]
+        ranked = [e for e in ranked if _attempt(e) <= named["attempts"][-1]]
     last = attempts[-1]
     resumes = {r: [resume_record(events, e) for e in ranked if e["rank"] == r and e["event"] == "resume"]
                for r in range(world_size)}
@@ -136,10 +143,15 @@ def resume_judge(events: list, world_size: int) -> Verdict:
             split.append({r: e["step"] for r, e in sorted(read.items())})
     agreement = "diverged" if split else replicas(outcomes)
     ends = [attempt_end(events, n, finished=n == last and status == "ok") for n in attempts]
-    run = "interrupted" if status == "interrupted" else "error" if status == "harness_error" else \
-        ("diverged" if agreement == "diverged" else "finished") if status == "ok" else "out_of_restarts"
+    stopped = {"interrupted": "interrupted", "harness_error": "error", "crash_loop": "crash_loop",
+               "timeout": "timed_out"}
+    run = stopped.get(status) or (("diverged" if agreement == "diverged" else "finished") if status == "ok"
+                                  else "out_of_restarts")
     record = {"run": run, "restarts": len(attempts) - 1, "attempts": ends,
               "ranks": {str(r): resumes[r] for r in range(world_size)}, "diverged_at_resume": split}
+    if run == "crash_loop":  # the launcher ended it the moment the loop was certain (train/judge/crash_loop.py)
+        record["crash_loop"] = {k: v for k, v in named.items() if k not in ("t", "rank", "event")} if named \
+            else crash_loop(events)
     if mixed:  # sharded state whose resume mixed steps (train/judge/shards.py)
         record["mixed"] = {str(r): why for r, why in sorted(mixed.items())}
     kinds = {o.outcome for o in outcomes}
@@ -152,19 +164,41 @@ def resume_judge(events: list, world_size: int) -> Verdict:
     return Verdict(verdict, resume_explain(verdict, record, outcomes), agreement, outcomes, record)
 
 
+def death_runs(died: list) -> list:
+    """'attempt N died on F: what' for each death, attempts in a row that died the same way (whichever rank)
+    said once: 'attempts 1-329 died on epoch1.pt: a rank could not resume from it (...)'."""
+    runs = []  # [first, last, file, what with 'a rank', the whats]
+    for a in died:
+        same = re.sub(r"^rank \d+ ", "a rank ", a["what"])
+        if runs and runs[-1][2] == a["file"] and runs[-1][3] == same and runs[-1][1] == a["attempt"] - 1:
+            runs[-1][1] = a["attempt"]
+            runs[-1][4].add(a["what"])
+        else:
+            runs.append([a["attempt"], a["attempt"], a["file"], same, {a["what"]}])
+    return [f"attempt {first} died on {file_name(file)}: {next(iter(whats))}" if first == last else
+            f"attempts {first}-{last} died on {file_name(file)}: {next(iter(whats)) if len(whats) == 1 else same}"
+            for first, last, file, same, whats in runs]
+
+
 def resume_explain(verdict: str, record: dict, outcomes: list) -> str:
     """One sentence: how each attempt ended, where each rank resumed from, and how the run ended."""
     died = [a for a in record["attempts"] if a["ended"] == "died"]
-    deaths = "; ".join(f"attempt {a['attempt']} died on {file_name(a['file'])}: {a['what']}" for a in died)
+    deaths = "; ".join(death_runs(died))
     if verdict in ("error", "interrupted"):
         bad = [o for o in outcomes if o.outcome == "error"]
         ended = {"error": "the launch failed before a rank said why", "interrupted": "stopped before it ended"}
         return f"{verdict}: " + ("; ".join(f"rank {o.rank} failed ({o.detail})" for o in bad)
                                  or ended[record["run"]])  # no rank's error: the launch failed, or a stop
     parts = []
-    if record["run"] == "out_of_restarts":
-        n = len(record["attempts"])
-        parts.append(f"ran out of restarts after {n} attempt{'s' if n > 1 else ''} ({deaths})")
+    n = len(record["attempts"])
+    attempts = f"{n} attempt{'s' if n > 1 else ''}"
+    if record["run"] == "crash_loop" and record.get("crash_loop"):
+        parts.append(f"{record['crash_loop']['sentence']}; ended after {attempts}, the restarts left unused "
+                     f"({deaths})")
+    elif record["run"] == "timed_out":
+        parts.append(f"stopped by the launcher at timeout.run_s after {attempts} ({deaths or 'none died'})")
+    elif record["run"] in ("out_of_restarts", "crash_loop"):
+        parts.append(f"ran out of restarts after {attempts} ({deaths})")
     elif died:
         parts.append(f"torch elastic restarted it {record['restarts']} time{'s' if record['restarts'] > 1 else ''} "
                      f"({deaths})")

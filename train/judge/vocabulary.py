@@ -105,7 +105,7 @@ def last_event(events, name):
 
 def worst_status(statuses):
     """The run's status from its launchers' (one per node): the worst of them."""
-    order = ("ok", "failed", "timeout", "harness_error", "interrupted")
+    order = ("ok", "failed", "crash_loop", "timeout", "harness_error", "interrupted")
     return max(statuses, key=order.index, default=None)
 
 

@@ -7,6 +7,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from dataclasses import asdict
 from multiprocessing import forkserver
@@ -17,7 +18,8 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from train.events import EventLog
+from train.events import EventLog, read_events
+from train.judge.crash_loop import crash_loop
 from train.launch.forkserver import ensure_forkserver
 from train.launch.nodes import rank_start_method
 from train.launch.preflight import first_line
@@ -89,7 +91,7 @@ class QuietFileHandler(logging.FileHandler):
         pass
 
 
-def log_agent_to(path: Path) -> logging.Handler:
+def log_agent_to(path: Path, *also: logging.Handler) -> logging.Handler:
     """torch elastic's own warnings (a rank shut down, an exit barrier that lost its peer, with C++ stack
     traces) go to a file in the run dir, not the console, which keeps to the run's own lines. Returns
     the handler; closing it is the caller's."""
@@ -102,6 +104,9 @@ def log_agent_to(path: Path) -> logging.Handler:
     handler.race_lab = True
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     agent.addHandler(handler)
+    for other in also:
+        other.race_lab = True
+        agent.addHandler(other)
     agent.propagate = False
     return handler
 
@@ -124,8 +129,84 @@ def port_in_use(endpoint: str):
         return f"rdzv.endpoint={endpoint}: the port is already in use by another process"
 
 
+class Stopper(logging.Handler):
+    """Ends the run from another thread (the time limit, a crash loop): SIGTERM to this process, which torch
+    elastic's agent turns into a shutdown of every rank. Sent again every RESEND_S until the agent says it took it
+    (its log record "Received 15 death signal, shutting down workers") or has returned: a SIGTERM that lands while
+    the agent stops a failed attempt's log tailers is caught there (tail_log.py logs it as "error in log tailer")
+    and the agent restarts the group as if nothing came."""
+    RESEND_S = 0.5
+
+    def __init__(self):
+        super().__init__(level=logging.WARNING)
+        self.why = None  # timeout | crash_loop, once stopping
+        self.returned = False
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._sender = None
+
+    def emit(self, record):  # a handler on torch elastic's loggers (log_agent_to)
+        if "death signal" in record.getMessage():
+            self._done.set()
+
+    def stop(self, why: str):
+        with self._lock:
+            if self.why or self.returned:
+                return
+            self.why = why
+            self._sender = threading.Thread(target=self._send, name="race-lab-stop", daemon=True)
+            self._sender.start()
+
+    def _send(self):
+        while True:
+            with self._lock:
+                if self.returned or self._done.is_set():
+                    return
+                os.kill(os.getpid(), signal.SIGTERM)
+            if self._done.wait(self.RESEND_S):
+                return
+
+    def finish(self):
+        """The agent has returned: no SIGTERM is sent after this."""
+        with self._lock:
+            self.returned = True
+        self._done.set()
+        if self._sender is not None:
+            self._sender.join()
+
+    def on_signal(self, signum, frame):
+        if self.returned and signum == signal.SIGTERM:
+            return  # our own stop, sent again as the agent returned
+        _raise_signal_exception(signum, frame)
+
+
+CRASH_LOOP_POLL_S = 0.25
+
+
+def watch_for_crash_loop(cfg: dict, run_dir: Path, events: EventLog, stopper: Stopper):
+    """A thread that ends a resume run the moment its crash loop is certain (train/judge/crash_loop.py): two
+    attempts in a row died in the same place while restarts remain. Returns the thread, or None where none can
+    loop (no restarts, or not a resume run)."""
+    restarts = cfg["launch"]["max_restarts"]
+    if cfg["workload"] != "resume" or restarts == 0:
+        return None
+
+    def watch():
+        while not stopper.why and not stopper.returned:
+            found = crash_loop(read_events(run_dir))
+            if found and found["attempts"][-1] < restarts:  # the agent would restart it again
+                events.record("crash_loop", **found)
+                stopper.stop("crash_loop")
+                return
+            time.sleep(CRASH_LOOP_POLL_S)
+
+    thread = threading.Thread(target=watch, name="race-lab-crash-loop", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_agent(launch_cfg: LaunchConfig, cfg: dict, plan, run_dir: Path, events: EventLog,
-              fired: threading.Event) -> str:
+              stopper: Stopper) -> str:
     """torch elastic's agent from the rendezvous to the ranks' end; the status, each rank's failure recorded."""
     try:
         returned = elastic_launch(launch_cfg, rank_main)(cfg, asdict(plan), str(run_dir))
@@ -138,8 +219,8 @@ def run_agent(launch_cfg: LaunchConfig, cfg: dict, plan, run_dir: Path, events: 
                           message=failure_message(failure, log), log=relative(log, run_dir))
         return "failed"
     except SignalException as e:
-        if fired.is_set():
-            return "timeout"
+        if stopper.why:
+            return stopper.why
         events.record("signal", name=signal.Signals(e.sigval).name)
         return "interrupted"
     except Exception as e:  # the agent itself failed: rendezvous, forkserver, out of resources
@@ -149,7 +230,7 @@ def run_agent(launch_cfg: LaunchConfig, cfg: dict, plan, run_dir: Path, events: 
 
 
 def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) -> str:
-    """Start the ranks and wait for them. Returns ok | failed | interrupted | timeout | harness_error.
+    """Start the ranks and wait for them. Returns ok | failed | interrupted | timeout | crash_loop | harness_error.
     Each rank's output goes to logs/ in the run dir, and with echo to the console too."""
     nodes = cfg["nnodes"]
     launch_cfg = LaunchConfig(
@@ -179,30 +260,28 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         events.record("launch_error", error_type="OSError", message=taken)
         print(f"error: {taken}", file=sys.stderr, flush=True)
         return "harness_error"
-    fired = threading.Event()
-
-    def stop_run():  # the agent turns SIGTERM into a shutdown of every rank
-        fired.set()
-        os.kill(os.getpid(), signal.SIGTERM)
-
+    stopper = Stopper()
     # SIGINT (Ctrl-C) and SIGTERM (docker stop, Slurm, Kubernetes) stop the run as the agent does once ranks
     # run, also while the rendezvous is still under way: one path, SignalException, for both
-    before = {s: signal.signal(s, _raise_signal_exception) for s in (signal.SIGINT, signal.SIGTERM)}
+    before = {s: signal.signal(s, stopper.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
-    watchdog = threading.Timer(cfg["timeout"]["run_s"], stop_run)
+    # timeout.run_s bounds the whole run, every restart included
+    watchdog = threading.Timer(cfg["timeout"]["run_s"], stopper.stop, args=("timeout",))
     watchdog.daemon = True
     watchdog.start()
-    agent_log = log_agent_to(run_dir / "logs" / AGENT_LOG)
+    agent_log = log_agent_to(run_dir / "logs" / AGENT_LOG, stopper)
+    watch_for_crash_loop(cfg, run_dir, events, stopper)
     try:
         with quiet_console(run_dir):  # torch's C++ warnings and stack traces: to logs/launcher.log
-            return run_agent(launch_cfg, cfg, plan, run_dir, events, fired)
+            return run_agent(launch_cfg, cfg, plan, run_dir, events, stopper)
     except SignalException as e:  # a signal as the quiet console was set up or put back
-        if fired.is_set():
-            return "timeout"
+        if stopper.why:
+            return stopper.why
         events.record("signal", name=signal.Signals(e.sigval).name)
         return "interrupted"
     finally:
         watchdog.cancel()
+        stopper.finish()
         agent_log.close()
         for s, handler in before.items():
             signal.signal(s, handler)

@@ -1,0 +1,50 @@
+"""A crash loop, named the moment it is certain: two attempts in a row that died in the same place on the same file
+(the same failure, the same file, the same kind of error) will be followed by a third that does the same, so the
+launcher ends the run there (train/launch/elastic.py), as it ends a hang, instead of using up every restart.
+
+Pure functions over event records. A planted kill (the scenario's `crash` event) is the fault, not a loop.
+"""
+from train.judge.vocabulary import classify_load_error, file_name
+
+LOOP_EVENTS = ("load_error", "rotate_error", "train_error", "sync_error", "hang")
+
+
+def _attempt(e) -> int:
+    return e.get("attempt", 0)
+
+
+def first_failure(events, n: int):
+    """The first failure any rank recorded in attempt n (a planted crash included), or None."""
+    failed = [e for e in events if isinstance(e["rank"], int) and _attempt(e) == n
+              and (e["event"] in LOOP_EVENTS or e["event"] == "crash")]
+    return min(failed, key=lambda e: e["t"], default=None)
+
+
+def place(failure: dict) -> tuple:
+    """Where and how an attempt died, whichever rank it was: (what it did, the file, the kind of error)."""
+    if failure["event"] == "load_error":
+        kind = classify_load_error(failure["error_type"], failure["message"], failure.get("in_reader", False))
+        return "reading", failure.get("path"), kind
+    if failure["event"] == "rotate_error":
+        return "deleting", failure.get("path"), failure["error_type"]
+    if failure["event"] == "hang":
+        return "waiting in", failure.get("sync"), "hung"
+    return f"in its {failure.get('how', 'training')}", failure.get("path"), failure.get("error_type")
+
+
+def crash_loop(events: list):
+    """The crash loop these events prove, or None: the two newest attempts that failed died in the same place, and
+    neither was a planted crash. Returns {attempts: [n-1, n], doing, file, kind, sentence}."""
+    attempts = sorted({_attempt(e) for e in events if isinstance(e["rank"], int)})
+    if len(attempts) < 2:
+        return None
+    newest, before = attempts[-1], attempts[-2]
+    if newest != before + 1:
+        return None
+    a, b = first_failure(events, before), first_failure(events, newest)
+    if a is None or b is None or "crash" in (a["event"], b["event"]) or place(a) != place(b):
+        return None
+    doing, file, kind = place(b)
+    where = f"{doing} {file_name(file)}" if file else doing
+    return {"attempts": [before, newest], "doing": doing, "file": file, "kind": kind,
+            "sentence": f"crash loop: every attempt dies {where} ({kind})"}
