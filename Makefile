@@ -80,7 +80,7 @@ check: install ## is a framework's checkpoint code safe? make check ARGS="framew
 
 # docs/findings/: every repro, run with torchrun as its page gives it; prints still present / gone / error a finding
 # (tools/findings.py), writes the captured outputs (docs/findings/output/ and the pages' blocks); exit 1 on error.
-findings: install ## re-run every upstream finding's repro against the installed versions (about 6 min) [ARGS="--only NAME"]
+findings: install ## re-run every upstream finding's repro against the installed versions (~10-15 min) [ARGS="--only NAME"]
 	$(PY) tools/findings.py $(ARGS)
 
 N ?= 50
