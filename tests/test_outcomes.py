@@ -976,6 +976,42 @@ def test_a_crash_loop_is_certain_after_two_attempts_in_a_row_die_reading_the_sam
     assert crash_loop(events_of(other_file)) is None  # two deaths, two places: no loop yet
 
 
+@pytest.mark.parametrize("failure, place", [
+    ({"event": "rotate_error", "path": "m/epoch0.pt", "error_type": "FileNotFoundError", "message": "gone"},
+     ("deleting", "m/epoch0.pt", "FileNotFoundError")),
+    ({"event": "hang", "sync": "barrier"}, ("waiting in", "barrier", "hung")),
+    ({"event": "sync_error", "how": "all-reduce", "error_type": "DistBackendError", "message": "closed"},
+     ("in its all-reduce", None, "DistBackendError")),
+    ({"event": "train_error", "error_type": "RuntimeError", "message": "nan"}, ("in its training", None, "RuntimeError")),
+], ids=["rotate", "hang", "sync", "train"])
+def test_a_crash_loop_is_named_by_what_every_attempt_died_doing(failure, place):
+    from train.judge.crash_loop import crash_loop, place as place_of
+
+    assert place_of(failure) == place
+    events = _resume_run(*[(5.0 * n, 1 - n % 2, failure["event"], {"attempt": n, **{k: v for k, v in failure.items()
+                                                                                     if k != "event"}})
+                           for n in (1, 2)], status="failed")
+    loop = crash_loop(events)
+    doing, file, kind = place
+    assert loop["sentence"] == f"crash loop: every attempt dies {doing}{' ' + file.rsplit('/', 1)[-1] if file else ''} ({kind})"
+    gap = [e for e in events if e.get("attempt") != 2] + [{**e, "attempt": 3} for e in events if e.get("attempt") == 2]
+    assert crash_loop(gap) is None  # attempts 1 and 3: one between them never recorded how it ended
+
+
+def test_a_resume_attempt_ended_by_a_hang_says_which_sync_could_never_end():
+    from train.judge.verdict import judge
+
+    events = _attempt0_killed_mid_epoch1()
+    events += [(5.0, r, "loop_start", {"attempt": 1}) for r in (0, 1)]
+    events += [(6.0, 1, "hang", {"attempt": 1, "sync": "barrier", "waiting_for": [0],
+                                 "peers": {"0": {"at": "end"}}})]
+    v = judge(_resume_run(*events, status="failed"), 2)
+    assert v.resume["attempts"][1]["what"] == "rank 1 hung: its barrier could never end"
+    assert [(o.outcome, o.detail) for o in v.ranks][1] == (
+        "hung", "its barrier could never end: rank 0 went on to the end of the run without entering it")
+    assert v.verdict == "race"
+
+
 def test_a_run_the_launcher_ended_as_a_crash_loop_says_so_first_and_groups_the_attempts():
     from train.judge.verdict import judge
 

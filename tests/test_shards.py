@@ -93,3 +93,9 @@ def test_every_rank_fresh_is_not_a_mix():
     events = [*resumed(1.0, 0, 0, None, {}), *resumed(1.0, 1, 0, None, {})]
     assert mixed_resumes(run(*events), 2) == {}
     assert judge(run(*events), 2).verdict == "clean"
+
+
+def test_a_rank_with_no_resume_in_an_attempt_is_not_judged_there():
+    """Attempt 1: rank 0 resumed from its shards, rank 1 died before it resumed: only rank 0 is weighed."""
+    events = [*saved(1.0, 10, STEP10), *resumed(5.0, 0, 1, 10, STEP10)]
+    assert mixed_resumes(run(*events), 2) == {}
