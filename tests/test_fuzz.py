@@ -31,7 +31,7 @@ settings.register_profile("short", max_examples=200, derandomize=True, deadline=
 settings.register_profile("long", max_examples=5000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.load_profile(os.environ.get("RACE_LAB_FUZZ", "short"))
-LAUNCHES = 3 if os.environ.get("RACE_LAB_FUZZ") == "long" else 2  # real launches of planned configs
+LAUNCHES = 30 if os.environ.get("RACE_LAB_FUZZ") == "long" else 1  # generated real launches, besides the @examples
 
 
 # --- 1. the config --------------------------------------------------------------------------------------
@@ -166,41 +166,82 @@ def refused_in_one_line_or_planned_within_its_dirs(overrides):
                                                         ("timeout", "run_s")))
 
 
-LAUNCHABLE = st.fixed_dictionaries({
-    "scenario": st.sampled_from(["seed", "stale", "torn", "save_fails", "disagree"]),
-    "fix": st.sampled_from(["unsynced", "barrier", "atomic", "agreed"]),
-    "skew.seconds": st.sampled_from(["0", "0.5", "1"]),
-    "epochs": st.sampled_from(["1", "2"]),
-    "checkpoint.name": st.sampled_from(["best", "model.v2", "'ünï'", "ünï", "-x", "'a b'"]),
-    "timeout.collective_s": st.sampled_from(["4", "6.5"]),
-})
+SCENARIOS = sorted(p.stem for p in (ROOT / "configs/scenario").glob("*.yaml"))
+FIXES = sorted(p.stem for p in (ROOT / "configs/fix").glob("*.yaml") if p.stem != "own")
+FRAMEWORK_NAMES = sorted(p.stem for p in (ROOT / "configs/framework").glob("*.yaml"))
+# What users launch: every framework, both workloads (the resume scenarios with restarts), the one-host nodes form
+# (no_shared_fs), a small sweep (-m) and the check command, with float keys at their edges (0 < x < 1, huge).
+# A cell that is n/a or a value that cannot work is refused in one line (exit 2); anything else ends in a verdict
+# (exit 0, or 1 for check's unsafe). Exit 3, the harness's own error, is never a pass.
+ONE_RUN = st.fixed_dictionaries({
+    "scenario": st.sampled_from(SCENARIOS),
+    "framework": st.sampled_from(FRAMEWORK_NAMES),
+    "fix": st.sampled_from(FIXES),
+    "skew.seconds": st.sampled_from(["0", "1e-9", "0.5", "1.5"]),
+    "epochs": st.sampled_from(["1", "2", "3"]),
+    "checkpoint.name": st.sampled_from(["best", "model.v2", "'ünï'", "-x", "'a b'"]),
+    "timeout.collective_s": st.sampled_from(["1", "4", "6.5", "86400"]),
+    "timeout.run_s": st.sampled_from(["60", "604800"]),
+    "launch.max_restarts": st.sampled_from(["0", "1", "1000"]),
+}).map(lambda d: ("run", d))
+LAUNCHABLE = st.one_of(
+    ONE_RUN,
+    st.fixed_dictionaries({"scenario": st.sampled_from(["seed,torn", "crash_mid_save,seed"]),
+                           "framework": st.sampled_from(FRAMEWORK_NAMES)}).map(lambda d: ("sweep", d)),
+    st.fixed_dictionaries({"framework": st.sampled_from(FRAMEWORK_NAMES),
+                           "check.restarts": st.sampled_from(["true", "false"])}).map(lambda d: ("check", d)),
+)
 
 
-@pytest.mark.slow  # real launches, one after another (about 30 s on 2 busy cores)
+def launched(form: str, keys: dict, where: Path):
+    """The command a user types for this form, run from `where`: (argv, the run or sweep dir)."""
+    args = [f"{k}={v}" for k, v in keys.items()]
+    if form == "run":
+        return ["world_size=2", *args, f"hydra.run.dir={where}/run"], where / "run"
+    if form == "sweep":
+        return ["-m", "world_size=2", *args, "timeout.run_s=120", "launch.max_restarts=2",
+                f"hydra.sweep.dir={where}/run"], where / "run"
+    return ["check", *args, "check.repeats=1", "check.disks=shared", f"hydra.sweep.dir={where}/run"], where / "run"
+
+
+@pytest.mark.slow  # real launches, one after another (about 2 minutes on 2 busy cores)
 @settings(max_examples=LAUNCHES, phases=[Phase.explicit, Phase.generate])  # no shrinking: each is a real run
+@example(("run", {"scenario": "crash_mid_save", "framework": "lightning", "fix": "as_shipped", "skew.seconds": "0",
+                  "epochs": "3", "checkpoint.name": "best", "timeout.collective_s": "6.5", "timeout.run_s": "60",
+                  "launch.max_restarts": "1000"}))  # restarts, a framework's own resume
+@example(("run", {"scenario": "no_shared_fs", "framework": "transformers", "fix": "as_shipped",
+                  "skew.seconds": "1e-9", "epochs": "2", "checkpoint.name": "'a b'", "timeout.collective_s": "4",
+                  "timeout.run_s": "604800", "launch.max_restarts": "0"}))  # two nodes on one host, node disks
+@example(("sweep", {"scenario": "crash_mid_save,seed", "framework": "accelerate"}))  # both workloads in one sweep
 @given(LAUNCHABLE)
-def test_a_sample_of_planned_configs_runs_to_a_verdict_within_its_timeouts(choice):
-    """Launched for real, from a folder of its own: a verdict or one line, no traceback, nothing written
-    outside that folder, no process left."""
+def test_what_users_launch_ends_in_a_verdict_or_one_line_within_its_timeouts(choice):
+    """Launched for real, from a folder of its own: a verdict or one line, no traceback, never the harness's own
+    error (exit 3), nothing written outside that folder, no process left."""
     import subprocess
     import tempfile
 
+    form, keys = choice
     with tempfile.TemporaryDirectory(prefix="race-lab-fuzz-") as where:
         where = Path(where)
-        tag = str(where)
-        args = [f"{k}={v}" for k, v in choice.items()] + ["world_size=2", f"hydra.run.dir={where}/run",
-                                                          "timeout.run_s=60"]
-        done = subprocess.run([sys.executable, "-m", "train", *args], cwd=where, capture_output=True, text=True,
-                              timeout=120, env=tagged_env(tag))
-        assert "Traceback" not in done.stdout + done.stderr, done.stderr[-2000:]
-        assert processes_tagged(tag) == []
-        if done.returncode == 2:  # refused: one line, and no run dir
+        argv, out = launched(form, keys, where)
+        done = subprocess.run([sys.executable, "-m", "train", *argv], cwd=where, capture_output=True, text=True,
+                              timeout=900, env=tagged_env(str(where)))
+        said = done.stdout + done.stderr
+        assert "Traceback" not in said, said[-3000:]
+        assert processes_tagged(str(where)) == []
+        if done.returncode == 2:  # refused: one line, and nothing written
             assert re.fullmatch(r"error: [^\n]+\n", done.stderr), done.stderr
             assert list(where.iterdir()) == []
             return
-        assert done.returncode in (0, 1, 3), done.stderr[-2000:]  # a verdict, an unexpected one, the harness's
+        assert done.returncode in ((0, 1) if form == "check" else (0,)), said[-3000:]
         assert sorted(p.name for p in where.iterdir()) == ["run"]
-        assert (where / "run/summary.json").exists()
+        if form == "run":
+            assert (out / "summary.json").exists()
+            assert __import__("json").loads((out / "summary.json").read_text())["verdict"] != "error"
+        elif form == "sweep":
+            assert (out / "matrix.csv").exists() or (out / "report.csv").exists(), said[-3000:]
+        else:
+            assert (out / "check.json").exists()
 
 
 # --- 2. the checkpoint a rank loads ----------------------------------------------------------------------
