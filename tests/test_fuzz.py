@@ -137,6 +137,12 @@ FOUND_CONFIGS = [
     ["rdzv.id=../x"],  # torch elastic's logs/<rdzv.id>_*/ outside the run dir
     ["framework.adapter=os"],  # a module that is no adapter: every rank died
     ["checkpoint.dir=/etc/passwd/x"],  # a folder inside a file
+    # found by hand (issue 24, 2026-12-01), each a traceback, a harness error or a race before
+    ["timeout.collective_s=0.5"],  # torch's rendezvous takes whole seconds: a traceback, exit 3
+    ["fix=barrier", "fix._target_=train.frameworks.fastai.callbacks.RaceSaveModelCallback"],  # a class on a fix
+    ["skew.seconds=30", "timeout.run_s=10"],  # a stall that cannot end within the run: a timeout 'race'
+    ["checkpoint.dir=/proc/race-lab/models"],  # a folder that cannot be created: "rank 0's save failed"
+    ["seed=1099511627776"],  # past numpy's seeds (2**32 - 1)
 ]
 
 
