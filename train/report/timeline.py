@@ -10,6 +10,7 @@ PHASES = [  # (label, start event, end events, colour), drawn in this order
     ("start-up", "rank_start", ("fit_start",), "#d9d9d9"),
     ("training", "fit_start", ("train_end", "crash"), "#9ecae1"),
     ("saving", "save_start", ("save_end", "save_error"), "#3182bd"),
+    ("async save in flight", "save_dispatch", ("save_end",), "#c6dbef"),  # dispatched until the loop saw it durable
     ("stall (skew)", "skew_start", ("skew_end",), "#969696"),
     ("sync wait", "sync_enter", ("sync_exit", "sync_error"), "#fd8d3c"),
     ("read delay", "read_delay_start", ("read_delay_end",), "#fdd0a2"),
