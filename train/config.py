@@ -55,12 +55,13 @@ class FaultConfig:
     delete_race: bool = key(False, "two ranks delete the same old checkpoint, rank 0 first: it deletes once a peer has "
                                    "listed the file, the peer once rank 0 has deleted it (cleanup)",
                             only={"workload": ["resume"]})
-    async_fault: Optional[str] = key(None, "checkpoint.async_save, first attempt only, at fault.kill_epoch's save: "
-                                           "in_flight: rank 0 is killed with SIGKILL while the save is still being "
-                                           "written (async_in_flight); shared_group: the save's collectives run on "
+    async_fault: Optional[str] = key(None, "checkpoint.async_save: in_flight: at fault.kill_epoch's save (first "
+                                           "attempt), rank 0 is killed with SIGKILL while the save is still being "
+                                           "written (async_in_flight); shared_group: every save's collectives run on "
                                            "the training's process group (async_shared_group); overwrite: every save "
-                                           "goes into one folder, over the last, and rank 1 is killed before writing "
-                                           "its shard once rank 0 has written its own (dcp_overwrite)",
+                                           "goes into one folder, over the last, and at fault.kill_epoch's save "
+                                           "(first attempt) rank 1 is killed before writing its shard once rank 0 "
+                                           "has written its own (dcp_overwrite)",
                                      choices=["in_flight", "shared_group", "overwrite"],
                                      only={"checkpoint.async_save": [True]})
 
