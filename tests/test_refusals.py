@@ -145,3 +145,18 @@ def test_a_crash_loop_with_a_thousand_restarts_is_named_and_ended_within_the_run
     assert len(launcher_lines) <= 15, launcher_lines  # the header, the table, the verdict: no torch warnings
     assert not any("Traceback" in line or "SIGTERM" in line for line in launcher_lines), launcher_lines
     assert processes_tagged(str(run.dir)) == []
+
+
+@pytest.mark.slow  # real ranks, restarting until the run's time limit (about 20 s)
+def test_the_run_limit_holds_across_restarts(train):
+    """timeout.run_s bounds the whole run: the stop reaches torch elastic's agent even while it restarts the
+    group (a SIGTERM that lands in its log tailers' stop is swallowed there; the launcher sends it again)."""
+    run = train("world_size=2", RESUMES, "framework=torch_loop", "launch.max_restarts=1000", "timeout.run_s=8",
+                timeout=200)
+    assert run.rc == 0, run.err[-2000:]
+    # the limit comes first, or on a fast machine the crash loop is certain before it (then named, as above)
+    assert run.summary["status"] in ("timeout", "crash_loop"), run.summary["explanation"]
+    started = next(e["t"] for e in run.events if e["event"] == "launch_start")
+    ended = next(e["t"] for e in run.events if e["event"] == "launch_end")
+    assert ended - started < 8 + 10, ended - started  # the limit, and the agent's shutdown; before: 180 s and more
+    assert processes_tagged(str(run.dir)) == []
