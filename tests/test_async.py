@@ -123,3 +123,17 @@ def test_race_lab_check_leaves_the_async_scenarios_out_and_says_why():
     left = {s["name"]: s["why"] for s in plan["left_out"]}
     for name in ("async_in_flight", "async_shared_group", "dcp_overwrite"):
         assert "an async save's scenario (checkpoint.async_save)" in left[name]
+
+
+def test_async_save_is_refused_in_one_line_where_the_framework_has_no_async_saver():
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-m", "train", "framework=lightning", "checkpoint.async_save=true",
+                           "world_size=2"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert lines == ["error: checkpoint.async_save=True: read only with framework=torch_loop; this run has "
+                     "framework=lightning, which ignores it"], lines
