@@ -36,6 +36,7 @@ class Faults:
         """cfg: the run's config; events: this rank's EventLog; say: a console line."""
         self.skew, self.fault, self.epochs = cfg["skew"], cfg["fault"], cfg["epochs"]
         self.events, self.say = events, say
+        self.in_flight = threading.Event()  # fault.async_fault=in_flight: rank 0's save thread holds its save
 
     @property
     def rank(self) -> int:
@@ -157,12 +158,16 @@ class Faults:
         if self._async_at("overwrite", epoch) and rank == 0:
             default_store().set(f"race-lab/async/wrote/{epoch}", "1")
         if self._async_at("in_flight", epoch) and rank == 0:
+            self.in_flight.set()  # written, not committed: the save is in flight from here on, for good
             threading.Event().wait()
 
     def async_dispatched(self, epoch: int, path):
         """In the loop, once it has dispatched a save and done what it does right after. in_flight: rank 0 is
-        killed with SIGKILL here, its save still in flight (async_after_shard holds it)."""
+        killed with SIGKILL here, IN_FLIGHT_S after its save thread wrote its shard and began to hold (async_after_shard):
+        the save is in flight, written and not committed."""
         if self._async_at("in_flight", epoch) and self.rank == 0:
+            self.in_flight.wait(timeout=30)  # its shard is written and its save thread holds: surely in flight
+            time.sleep(IN_FLIGHT_S)  # a crash some way into the window, not at its first instant
             self.events.record("crash", at="in_flight", epoch=epoch, path=str(path))
             self.say(f"Killed with SIGKILL while epoch {epoch}'s async save is in flight (fault.async_fault).")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -173,6 +178,7 @@ class Faults:
         self.events.record(f"{name}_end")
 
 
+IN_FLIGHT_S = 2.0  # fault.async_fault=in_flight: how far into the save's window rank 0 is killed
 ASYNC_FAULTS = {
     "in_flight": "rank 0 is killed with SIGKILL while fault.kill_epoch's async save is still being written",
     "shared_group": "the async save's collectives run on the training's process group",
