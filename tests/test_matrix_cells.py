@@ -346,3 +346,15 @@ def test_a_runs_fix_is_read_under_its_name_now_or_under_its_old_one():
     assert fix_name({"fix": {"name": "barrier"}, "callback": {"name": "poll"}}) == "barrier"
     assert fix_name({"callback": {"name": "poll"}}) == "poll"  # a summary.json written before the rename
     assert fix_name({}) is None
+
+
+def test_the_matrix_title_names_every_framework_its_cells_show():
+    from train.report.matrix import title
+
+    def cells(*names):
+        return [{"framework": n} for n in names]
+
+    assert title(cells("fastai")).endswith("in fastai: scenario (what goes wrong) x fix")
+    assert "in fastai and lightning:" in title(cells("lightning", "fastai", "lightning"))
+    assert "in fastai, lightning and transformers:" in title(cells("transformers", "lightning", "fastai"))
+    assert "in no framework:" in title([])

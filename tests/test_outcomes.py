@@ -1232,3 +1232,11 @@ def test_a_resume_run_whose_launch_failed_is_an_error_not_a_race():
     v = judge(_resume_run(*_restart(_attempt0_killed_mid_epoch1(), 1, 5.0), status="harness_error"), 2)
     assert (v.verdict, v.resume["run"]) == ("error", "error")
     assert v.explanation == "error: the launch failed before a rank said why"
+
+
+def test_a_hang_beside_an_async_save_names_where_the_save_holds_the_peer():
+    from train.judge.load_best import _last_save_began, hang_detail
+
+    hang = {"sync": "barrier", "waiting_for": [0], "peers": {"0": {"at": "paired", "how": "is in the async save's gather"}}}
+    assert hang_detail(hang, []) == "its barrier could never end: rank 0 is in the async save's gather"
+    assert _last_save_began([]) is None  # a run that never began a save
