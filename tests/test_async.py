@@ -135,3 +135,18 @@ def test_async_save_is_refused_in_one_line_where_the_framework_has_no_async_save
     lines = (done.stdout + done.stderr).strip().splitlines()
     assert lines == ["error: checkpoint.async_save=True: read only with framework=torch_loop; this run has "
                      "framework=lightning, which ignores it"], lines
+
+
+def test_rename_into_place_leaves_one_whole_checkpoint_and_replaces_the_old(tmp_path):
+    from train.fixes import fresh_folder, rename_into_place
+
+    last = tmp_path / "last"
+    last.mkdir()
+    (last / ".metadata").write_text("old")
+    incoming = fresh_folder(last)
+    assert incoming.parent == last.parent and incoming.name.startswith(".")  # a listing of epoch folders skips it
+    incoming.mkdir()
+    (incoming / ".metadata").write_text("new")
+    rename_into_place(incoming, last)
+    assert (last / ".metadata").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last"]  # no .old, no incoming left

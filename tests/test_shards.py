@@ -99,3 +99,18 @@ def test_a_rank_with_no_resume_in_an_attempt_is_not_judged_there():
     """Attempt 1: rank 0 resumed from its shards, rank 1 died before it resumed: only rank 0 is weighed."""
     events = [*saved(1.0, 10, STEP10), *resumed(5.0, 0, 1, 10, STEP10)]
     assert mixed_resumes(run(*events), 2) == {}
+
+
+def test_a_hang_in_a_resume_run_is_hung_and_the_attempt_says_so():
+    hang = {"sync": "collectives on the training's process group", "n": 0, "waiting_for": [1], "certain_at": 3.0,
+            "peers": {"1": {"at": "paired", "how": "had its async save's collectives and its training's waiting on "
+                                                   "the same group"}}}
+    events = [*resumed(1.0, 0, 0, None, {}), *resumed(1.0, 1, 0, None, {})]
+    events = [e for e in events if e[3] != "final"] + [(3.0, 0, 0, "hang", hang),
+                                                         (3.0, 1, 0, "hang", {**hang, "waiting_for": [0],
+                                                                              "peers": {"0": hang["peers"]["1"]}})]
+    v = judge(run(*events, status="failed"), 2).as_dict()
+    assert [r["outcome"] for r in v["ranks"]] == ["hung", "hung"]
+    assert v["resume"]["attempts"][0]["what"] == ("rank 0 hung: its collectives on the training's process group "
+                                                  "could never end")
+    assert "rank 1 had its async save's collectives and its training's waiting on the same group" in v["explanation"]
