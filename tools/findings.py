@@ -163,6 +163,7 @@ def execute(run: Run, repro: Path, workdir: Path) -> tuple[str, tuple[int, ...]]
     """Run the command in workdir (the repro copied in), as the page gives it; (stdout+stderr, exit codes)."""
     shutil.copy(repro, workdir / repro.name)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.pop("PYTHONUNBUFFERED", None)  # unbuffered, print() writes a line and its newline apart: lines interleave
     command = re.sub(r"HOST:\d+", lambda _: f"127.0.0.1:{free_port()}", run.command)  # a port per rendezvous
     procs = [subprocess.Popen(["bash", "-c", command], cwd=workdir, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
