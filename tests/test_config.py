@@ -340,6 +340,7 @@ def test_a_list_with_choices_says_each_item_must_be_one_of_them():
     assert str(e.value) == "fix.workloads=['x']: must be a list, each one of load_best, resume"
 
 
+@pytest.mark.cli  # the command line and make, as processes
 def test_the_fix_axis_old_names_still_work(tmp_path):
     """`callback=` (the key), VARIANTS= and CALLBACK= (make's variables) were the fix axis' names before it was
     called fix everywhere: each still works, as the new name does."""
