@@ -31,7 +31,8 @@ settings.register_profile("short", max_examples=200, derandomize=True, deadline=
 settings.register_profile("long", max_examples=5000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.load_profile(os.environ.get("RACE_LAB_FUZZ", "short"))
-LAUNCHES = 30 if os.environ.get("RACE_LAB_FUZZ") == "long" else 1  # generated real launches, besides the @examples
+LONG = os.environ.get("RACE_LAB_FUZZ") == "long"
+LAUNCHES = 30 if LONG else 1  # generated real launches, besides the @examples (only under make fuzz)
 
 
 # --- 1. the config --------------------------------------------------------------------------------------
@@ -211,7 +212,7 @@ def launched(form: str, keys: dict, where: Path):
 
 
 @pytest.mark.slow  # real launches, one after another (about 2 minutes on 2 busy cores)
-@settings(max_examples=LAUNCHES, phases=[Phase.explicit, Phase.generate])  # no shrinking: each is a real run
+@settings(max_examples=LAUNCHES, phases=[Phase.explicit, Phase.generate] if LONG else [Phase.explicit])  # no shrinking
 @example(("run", {"scenario": "crash_mid_save", "framework": "lightning", "fix": "as_shipped", "skew.seconds": "0",
                   "epochs": "3", "checkpoint.name": "best", "timeout.collective_s": "6.5", "timeout.run_s": "60",
                   "launch.max_restarts": "1000"}))  # restarts, a framework's own resume
