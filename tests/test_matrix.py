@@ -74,7 +74,7 @@ def test_make_matrix_gives_every_cell_and_leaves_nothing_running(matrix):
     md = (sweep / "matrix.md").read_text()
     assert f"**race {REPEATS}/{REPEATS} (" in md and f"**clean {REPEATS}/{REPEATS} (" in md
     assert md.startswith("# Scenario x fix: fastai (") and "### fastai\n" in md  # the framework is named
-    assert "| **seed** (fastai#2393) |" in md and "| **save_fails** (pytorch#77091, Megatron-LM#367) |" in md
+    assert "| **seed** (fastai#2393) |" in md and "| **save_fails** (pytorch#10577, Megatron-LM#367) |" in md
     assert "| **disagree** |" in md and "| **torn** |" in md and "**n/a**" in md  # other frameworks' reports: none
     png = sweep / "matrix.png"
     with Image.open(png) as im:

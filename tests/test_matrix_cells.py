@@ -108,7 +108,7 @@ def test_each_scenario_cites_the_reports_of_the_framework_shown_or_none(tmp_path
     assert cited(refs, "disagree", "lightning") == "Lightning#5155"
     assert cited(refs, "disagree", "transformers") == "transformers#40923"
     assert cited(refs, "no_shared_fs", "lightning") == "Lightning#8599, Lightning#18812, DeepSpeed#2319"  # all's last
-    assert cited(refs, "save_fails", "accelerate") == "pytorch#77091, Megatron-LM#367"
+    assert cited(refs, "save_fails", "accelerate") == "pytorch#10577, Megatron-LM#367"
     for scenario, by in refs.items():
         assert set(by) <= {*FRAMEWORK_ORDER, "all"}, scenario
         for framework, reports in by.items():
