@@ -1027,6 +1027,10 @@ def test_a_run_the_launcher_ended_as_a_crash_loop_says_so_first_and_groups_the_a
         "unused (attempt 0 died on epoch1.pt: rank 0 killed with SIGKILL mid write (planted); attempts 1-3 died on "
         "epoch1.pt: rank 0 could not resume from it (corrupt: OSError: [Errno 22] Invalid argument))"), v.explanation
     assert v.resume["restarts"] == 3  # attempt 4, begun as the launcher stopped the run, is no evidence
+    assert v.resume["crash_loop"] == {"attempts": [2, 3], "doing": "reading", "file": "m/epoch1.pt",
+                                      "kind": "corrupt", "sentence": "crash loop: every attempt dies reading "
+                                                                     "epoch1.pt (corrupt)"}
+    assert [o.outcome for o in v.ranks] == ["corrupt", "aborted"]  # as attempt 3 left them, not attempt 4
     assert v.resume["crash_loop"]["attempts"] == [2, 3]
 
 
@@ -1240,3 +1244,60 @@ def test_a_hang_beside_an_async_save_names_where_the_save_holds_the_peer():
     hang = {"sync": "barrier", "waiting_for": [0], "peers": {"0": {"at": "paired", "how": "is in the async save's gather"}}}
     assert hang_detail(hang, []) == "its barrier could never end: rank 0 is in the async save's gather"
     assert _last_save_began([]) is None  # a run that never began a save
+
+
+def test_a_crash_loop_needs_two_failed_attempts_neither_a_planted_kill_and_reads_each_failure_as_recorded():
+    from train.judge.crash_loop import crash_loop, place
+
+    def run(*tuples):
+        return _resume_run(*tuples, status="failed")
+
+    torn = {"path": "m/epoch1.pt", "error_type": "OSError", "message": "[Errno 22] Invalid argument"}
+    began = [(5.0, 0, "loop_start", {"attempt": 1})]  # attempt 1 began and recorded no failure
+    assert crash_loop(run(*began, (10.0, 0, "load_error", {"attempt": 2, **torn}))) is None
+    assert crash_loop(run((5.0, 0, "load_error", {"attempt": 1, **torn}), (10.0, 0, "loop_start", {"attempt": 2}))) \
+        is None
+    kills = [(5.0 * n, 0, "crash", {"attempt": n, "at": "mid_write", "path": "m/epoch1.pt"}) for n in (1, 2)]
+    assert crash_loop(run(*kills)) is None  # the same planted kill twice is the scenario, not a loop
+    # the first failure of an attempt decides where it died: a planted kill before a peer's torn read ...
+    killed_first = [(5.0 * n + d, r, name, {"attempt": n, **fields}) for n in (1, 2) for d, r, name, fields in
+                    ((0.5, 0, "crash", {"at": "mid_write", "path": "m/epoch1.pt"}), (1.0, 1, "load_error", torn))]
+    assert crash_loop(run(*killed_first)) is None
+    # ... and a torn read before the peer's broken all-reduce (two failures in one attempt, the earlier one counts)
+    torn_first = [(5.0 * n + d, r, name, {"attempt": n, **fields}) for n in (1, 2) for d, r, name, fields in
+                  ((1.5, 0, "sync_error", {"how": "all-reduce", "error_type": "DistBackendError", "message": "x"}),
+                   (1.0, 1, "load_error", torn))]
+    assert crash_loop(run(*torn_first))["sentence"] == "crash loop: every attempt dies reading epoch1.pt (corrupt)"
+    # a failure raised inside the reader is the file's (corrupt), else the harness's kind
+    odd = {"event": "load_error", "path": "m/e.pt", "error_type": "KeyError", "message": "storages"}
+    assert place({**odd, "in_reader": True}) == ("reading", "m/e.pt", "corrupt")
+    assert place(odd) == ("reading", "m/e.pt", "error")
+    assert place({"event": "train_error", "path": "m/e.pt", "error_type": "RuntimeError", "message": "x"}) == \
+        ("in its training", "m/e.pt", "RuntimeError")
+
+
+def test_attempts_that_died_alike_on_different_ranks_are_said_once_as_a_rank():
+    from train.judge.verdict import judge
+
+    events = _torn_reads(_attempt0_killed_mid_epoch1(), [1, 2, 3], rank_of=lambda n: n % 2)
+    v = judge(_resume_run(*events, status="failed"), 2)
+    assert "; attempts 1-3 died on epoch1.pt: a rank could not resume from it (corrupt: OSError: [Errno 22] " \
+           "Invalid argument))" in v.explanation, v.explanation
+
+
+def test_a_resume_run_stopped_at_its_limit_before_any_death_says_none_died():
+    from train.judge.verdict import judge
+
+    events = [(1.0, r, "loop_start", {"attempt": 0}) for r in (0, 1)]
+    v = judge(_resume_run(*events, status="timeout"), 2)
+    assert v.explanation.startswith("race: stopped by the launcher at timeout.run_s after 1 attempt (none died)"), \
+        v.explanation
+
+
+def test_a_crash_loop_status_without_the_launchers_record_reads_as_out_of_restarts():
+    from train.judge.verdict import judge
+
+    events = _torn_reads(_attempt0_killed_mid_epoch1(), [1])  # one torn read: no loop to be found in the records
+    v = judge(_resume_run(*events, status="crash_loop"), 2)
+    assert (v.resume["run"], v.resume["crash_loop"]) == ("crash_loop", None)
+    assert v.explanation.startswith("race: ran out of restarts after 2 attempts ("), v.explanation

@@ -117,6 +117,8 @@ def resume_rank(rank: int, events: list, last: int, status, resumes: list, mixed
         if behind:
             return result("stale", behind)
         return result("loaded", f"resumed from step {worst['step']}" if worst and worst["path"] else "")
+    if status == "timeout":
+        return result("timeout", "stopped by the launcher at timeout.run_s")
     return result("aborted", "stopped by torch elastic when a peer failed")
 
 
@@ -143,6 +145,8 @@ def resume_judge(events: list, world_size: int) -> Verdict:
             split.append({r: e["step"] for r, e in sorted(read.items())})
     agreement = "diverged" if split else replicas(outcomes)
     ends = [attempt_end(events, n, finished=n == last and status == "ok") for n in attempts]
+    if status == "timeout" and ends[-1]["ended"] == "died" and ends[-1]["rank"] is None:  # the limit ended it
+        ends[-1] = {"attempt": last, "ended": "stopped", "what": "stopped by the launcher at timeout.run_s"}
     stopped = {"interrupted": "interrupted", "harness_error": "error", "crash_loop": "crash_loop",
                "timeout": "timed_out"}
     run = stopped.get(status) or (("diverged" if agreement == "diverged" else "finished") if status == "ok"
