@@ -73,6 +73,15 @@ R = "torchrun --standalone --nproc_per_node=2"
 N2 = "torchrun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:29500"
 AT = "torchrun --standalone --nproc_per_node=2 --max-restarts=2"
 
+def torn_resume(script: str, call: str) -> Run:
+    """A repro under torch elastic's restarts whose every restart dies in `call` on the torn newest checkpoint
+    (exit 1); gone once attempt 1 finishes on both ranks."""
+    return Run(f"{SWITCH}{AT} {script}",
+               both(lambda ls: all(has(ls, f"attempt {a} rank {r}: {call} failed: SafetensorError")
+                                   for a in (1, 2) for r in (0, 1)), codes(1)),
+               gone=lambda ls, rcs: has(ls, "attempt 1 rank 0: finished", "attempt 1 rank 1: finished"))
+
+
 FINDINGS = [
     Finding(
         "accelerate_stale_load", "accelerate.md", "load_state right after save_state reads the previous save",
@@ -92,10 +101,7 @@ FINDINGS = [
     Finding(
         "accelerate_torn_resume", "accelerate.md", "load_state() resumes from a torn newest checkpoint, every restart",
         ("accelerate", "torch"),
-        [Run(f"{SWITCH}{AT} accelerate_torn_resume.py",
-             both(lambda ls: all(has(ls, f"attempt {a} rank {r}: load_state() failed: SafetensorError")
-                                 for a in (1, 2) for r in (0, 1)), codes(1)),
-             gone=lambda ls, rcs: has(ls, "attempt 1 rank 0: finished", "attempt 1 rank 1: finished"))],
+        [torn_resume("accelerate_torn_resume.py", "load_state()")],
         drop=r"^attempt 0 rank [1-9]: "),
     Finding(
         "transformers_best_not_on_node", "transformers.md",
@@ -125,10 +131,7 @@ FINDINGS = [
         "transformers_torn_resume", "transformers.md",
         "resume_from_checkpoint takes a torn newest checkpoint-<step>, every restart",
         ("transformers", "accelerate", "torch"),
-        [Run(f"{SWITCH}{AT} transformers_torn_resume.py",
-             both(lambda ls: all(has(ls, f"attempt {a} rank {r}: train() failed: SafetensorError")
-                                 for a in (1, 2) for r in (0, 1)), codes(1)),
-             gone=lambda ls, rcs: has(ls, "attempt 1 rank 0: finished", "attempt 1 rank 1: finished"))],
+        [torn_resume("transformers_torn_resume.py", "train()")],
         drop=r"^attempt 0 rank [1-9]: train\(\) failed"),
     Finding(
         "lightning_last_per_rank", "lightning.md",
