@@ -28,8 +28,8 @@ $(EDITABLE): pyproject.toml $(STAMP)
 lock: ## re-resolve requirements.in into requirements.lock in a scratch venv
 	python=$$(bash tools/check-python.sh $(or $(PYTHON),python3.11 python3.12 python3.13 python3)) && \
 		rm -rf /tmp/race-lab-lock && $$python -m venv /tmp/race-lab-lock
-	/tmp/race-lab-lock/bin/pip install --quiet -r requirements.in
-	{ sed -n 1,2p requirements.lock; /tmp/race-lab-lock/bin/pip freeze; } > requirements.lock.new
+	bash tools/install-lock.sh /tmp/race-lab-lock/bin/python requirements.in --quiet
+	{ sed -n 1,2p requirements.lock; /tmp/race-lab-lock/bin/pip freeze --all --exclude pip --exclude setuptools; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock
 
 run: install ## the seed scenario with two fixes (unsynced, barrier); prints their verdicts side by side

@@ -37,5 +37,5 @@ if ! fits; then
 fi
 
 "$venv/bin/python" -m pip install --quiet --upgrade pip || exit 1
-"$venv/bin/python" -m pip install --quiet -r requirements.lock || exit 1
+bash "$(dirname "$0")/install-lock.sh" "$venv/bin/python" requirements.lock --quiet || exit 1  # deepspeed: an sdist
 rm -f "$venv"/.installed-* "$unfinished" && touch "$stamp"
