@@ -215,6 +215,7 @@ REFUSED = [
     ("fault.save_error=ENOENT", "error: fault.save_error='ENOENT': must be null or one of ENOSPC, EIO, EROFS"),
     ("nosuchkey=1", "error: nosuchkey: not a key of this config (python -m train.config lists them)"),
     ("skew=3", "error: skew=3: skew is a group of keys; set them one by one"),
+    ("reproduces={fastai: [[x]]}", "error: reproduces={'fastai': [['x']]}: must be a mapping to lists of strings"),
     ("fix=nope", "error: fix=nope: no such option; one of " + options("fix")),
     ("scenario=nope", "error: scenario=nope: no such option; one of " + options("scenario")),
     ("framework=nope", "error: framework=nope: no such option; one of " + options("framework")),

@@ -358,3 +358,23 @@ def test_the_matrix_title_names_every_framework_its_cells_show():
     assert "in fastai and lightning:" in title(cells("lightning", "fastai", "lightning"))
     assert "in fastai, lightning and transformers:" in title(cells("transformers", "lightning", "fastai"))
     assert "in no framework:" in title([])
+
+
+def test_a_class_of_your_own_is_named_by_its_class_and_a_shipped_fix_by_its_name_alone():
+    own = {"name": "own", "_target_": "examples.my_checkpoints.lightning_io.PatientCheckpointIO"}
+    assert fix_name({"fix": own}) == "own (PatientCheckpointIO)"
+    shipped = {"name": "barrier", "_target_": "train.frameworks.fastai.callbacks.BarrierSaveModelCallback"}
+    assert fix_name({"fix": shipped}) == "barrier"
+
+
+def test_the_grid_has_a_column_per_fix_a_row_per_scenario_with_the_reports_it_reproduces_here_and_a_blank_where_not_run():
+    from train.report.matrix import grid
+
+    cells = build([row("race", scenario="torn", fix="barrier", missing=1), row("clean", scenario="torn", fix="atomic"),
+                   row("clean", scenario="seed", fix="atomic")])
+    references = {"torn": {"fastai": ["fastai#2393"]}, "seed": {"lightning": ["x#1"]}}  # seed's is another framework's
+    assert grid(cells, references, "fastai") == (
+        "| scenario (reproduces) | barrier | atomic |\n"
+        "| --- | --- | --- |\n"
+        "| **seed** |  | **clean 1/1 (21–100%)** |\n"
+        "| **torn** (fastai#2393) | **race 1/1 (21–100%)** (missing) | **clean 1/1 (21–100%)** |")

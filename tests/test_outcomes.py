@@ -317,6 +317,53 @@ def test_a_rank_that_failed_after_its_load_is_never_loaded_and_the_run_never_cle
     assert detail(1, stale) == ("stale", said)  # the wrong read stays the news
 
 
+def test_a_stale_read_is_timed_from_when_the_rank_began_reading_to_when_the_first_rank_began_the_last_save():
+    """DCP: every rank writes the save of epoch 2; rank 1 began its slow read (0.6 s) of epoch 1's file before
+    either began, and rank 0's write failed 2 s into it."""
+    events = launch("ok", *saver(("w-epoch0", "w-epoch1"), end=5.0)[:4],
+                    ev(6.0, 1, "load_attempt"), ev(6.6, 1, "load_done", digest="w-epoch1"),
+                    ev(7.0, 0, "save_start", epoch=2), ev(7.4, 2, "save_start", epoch=2),
+                    ev(9.0, 0, "save_error", epoch=2, error_type="OSError", message="[Errno 28] No space left"))
+    assert detail(1, events) == (
+        "stale", "loaded the epoch-1 save, read 1.0 s before rank 0's save of epoch 2 began; that save then failed")
+
+
+def test_a_read_before_a_last_save_that_never_ended_says_that_save_never_finished():
+    """Rank 0 was killed while it wrote the save of epoch 2: no save_end, no save_error."""
+    events = launch("failed", *saver(("w-epoch0", "w-epoch1"), end=5.0)[:4], *loader(1, 6.0, digest="w-epoch1"),
+                    ev(7.0, 0, "save_start", epoch=2))
+    assert detail(1, events) == (
+        "stale", "loaded the epoch-1 save, read 1.0 s before rank 0's save of epoch 2 began; that save then never "
+                 "finished")
+
+
+def test_a_rank_whose_sync_raised_after_its_load_and_then_died_of_it_failed_of_its_own_error():
+    """Its own death is not a peer's: the launcher's rank_failed for the rank itself breaks none of its syncs."""
+    events = launch("failed", *saver(), *loader(1, 12.5, digest="w-last"),
+                    ev(13, 1, "sync_error", how="barrier", error_type="RuntimeError", message="boom", timed_out=False),
+                    ev(13.2, 1, "train_error", what="trainer.validate", error_type="RuntimeError", message="later"),
+                    ev(14, "launcher", "rank_failed", failed_rank=1, exitcode=1, message="RuntimeError: boom"))
+    assert detail(1, events) == ("error", "after its load, barrier: RuntimeError: boom")
+
+
+def test_a_rank_that_died_after_its_load_without_a_message_is_said_by_its_exit_code():
+    events = launch("failed", *saver(), *loader(1, 12.5, digest="w-last"),
+                    ev(14, "launcher", "rank_failed", failed_rank=1, exitcode=-9))
+    assert detail(1, events) == ("error", "after its load, it died (exit code -9)")
+
+
+def test_a_rank_names_a_log_only_where_the_launcher_recorded_its_traceback():
+    died = ev(14, "launcher", "rank_failed", failed_rank=1, exitcode=-9)
+    quiet = launch("failed", *saver(), *loader(1, 12.5, digest="w-last"), died)
+    assert classify_rank(1, quiet).log == ""
+    hung = launch("ok", *saver(), *loader(1, 12.5, digest="w-last"), ev(13, 1, "sync_enter", how="barrier"),
+                  ev(14, 1, "hang", sync="barrier", waiting_for=[0], peers={"0": {"at": "end"}}))
+    assert classify_rank(1, hung).log == ""
+    stale = launch("failed", *saver(("w-epoch0", "w-last")), *loader(1, 9.5, digest="w-epoch0"),
+                   {**died, "log": "logs/rank1.log"})
+    assert (classify_rank(1, stale).outcome, classify_rank(1, stale).log) == ("stale", "logs/rank1.log")
+
+
 def test_replicas_unknown_when_a_rank_never_recorded_its_final_weights():
     events = launch("ok", *saver(), ev(1, 1, "rank_start"))
     assert replicas([classify_rank(r, events) for r in (0, 1)]) == "unknown"

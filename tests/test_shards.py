@@ -114,3 +114,73 @@ def test_a_hang_in_a_resume_run_is_hung_and_the_attempt_says_so():
     assert v["resume"]["attempts"][0]["what"] == ("rank 0 hung: its collectives on the training's process group "
                                                   "could never end")
     assert "rank 1 had its async save's collectives and its training's waiting on the same group" in v["explanation"]
+
+
+STEP20 = {0: "a20", 1: "b20"}
+
+
+def test_only_the_rank_that_read_another_steps_shard_is_mixed_and_the_step_named_is_the_one_it_matches():
+    """Three saves; rank 1's copy of shard 1 (said to be step 30) holds step 10's write, rank 0's is step 30's."""
+    events = [*saved(1.0, 10, STEP10), *saved(2.0, 20, STEP20), *saved(3.0, 30, STEP30)]
+    events += resumed(5.0, 0, 1, 30, STEP30) + resumed(5.0, 1, 1, 30, {0: "a30", 1: "b10"})
+    assert mixed_resumes(run(*events), 2) == {1: "attempt 1: shard 1 it read as step 30 holds what rank 1 wrote at "
+                                                 "step 10"}
+
+
+def test_a_shard_that_matches_the_writes_of_several_other_steps_names_each():
+    """Shard 1 did not change between steps 10 and 20: its bytes are both steps' write."""
+    events = [*saved(1.0, 10, STEP10), *saved(2.0, 20, {0: "a20", 1: "b10"}), *saved(3.0, 30, STEP30)]
+    for r in (0, 1):
+        events += resumed(5.0, r, 1, 30, {0: "a30", 1: "b10"})
+    assert mixed_resumes(run(*events), 2)[0] == ("attempt 1: shard 1 it read as step 30 holds what rank 1 wrote at "
+                                                 "step 10 or 20")
+
+
+def test_a_shard_of_a_step_whose_write_no_rank_recorded_is_judged_by_the_writes_there_are():
+    """Rank 1 was killed after its shard of step 30 reached the disk, before it recorded the write; the shard read
+    back as step 30 holds step 10's bytes."""
+    events = [*saved(1.0, 10, STEP10), *saved(3.0, 30, {0: "a30"})]
+    for r in (0, 1):
+        events += resumed(5.0, r, 1, 30, {0: "a30", 1: "b10"})
+    assert mixed_resumes(run(*events), 2)[1] == ("attempt 1: shard 1 it read as step 30 holds what rank 1 wrote at "
+                                                 "step 10")
+
+
+def test_the_shards_a_rank_read_from_other_steps_name_the_checkpoint_they_were_read_from():
+    from train.judge.shards import foreign_shards
+
+    events = run(*overwritten_in_place())
+    assert foreign_shards(events, 1, 1, written(events)) == [
+        {"shard": 0, "step": 10, "written_at": [30], "path": "m/ckpt"}]
+
+
+def test_a_rank_that_resumed_from_another_step_and_read_another_steps_shard_is_told_both():
+    events = [*saved(1.0, 10, STEP10), *saved(2.0, 20, STEP20), *saved(3.0, 30, STEP30)]
+    events += resumed(5.0, 0, 1, 30, STEP30) + resumed(5.0, 1, 1, 20, {0: "a20", 1: "b10"})
+    assert mixed_resumes(run(*events), 2)[1] == ("attempt 1: it resumed from step 20 while rank 0 resumed from step "
+                                                 "30; shard 1 it read as step 20 holds what rank 1 wrote at step 10")
+
+
+def test_a_rank_whose_peers_resumed_differently_from_each_other_is_told_each():
+    events = [*saved(1.0, 10, {0: "a10", 1: "b10", 2: "c10"}), *saved(2.0, 30, {0: "a30", 1: "b30", 2: "c30"})]
+    events += resumed(5.0, 0, 1, 30, {0: "a30", 1: "b30", 2: "c30"}) + resumed(5.0, 1, 1, None, {})
+    events += resumed(5.0, 2, 1, 10, {0: "a10", 1: "b10", 2: "c10"})
+    assert mixed_resumes(run(*events), 3)[0] == ("attempt 1: it resumed from step 30 while rank 1 started fresh, "
+                                                 "rank 2 resumed from step 10")
+
+
+def test_a_mix_in_a_restart_is_found_after_a_first_attempt_that_started_fresh():
+    events = [*resumed(0.5, 0, 0, None, {}), *resumed(0.5, 1, 0, None, {})]
+    events = [e for e in events if e[3] != "final"] + overwritten_in_place()  # attempt 0 fresh, read no shards
+    assert sorted(mixed_resumes(run(*events), 2)) == [0, 1]
+
+
+def test_a_rank_that_died_before_its_resume_is_not_weighed_and_its_peers_still_are():
+    """Attempt 1: rank 0 read its shards and died before it recorded its resume."""
+    died = [e for e in resumed(5.0, 0, 1, 30, {0: "a30", 1: "b10"}) if e[3] == "shard_read"]
+    events = [*saved(1.0, 10, STEP10), *saved(3.0, 30, STEP30), *died]
+    torn = events + resumed(5.0, 1, 1, 30, {0: "a30", 1: "b10"})
+    assert mixed_resumes(run(*torn), 2) == {1: "attempt 1: shard 1 it read as step 30 holds what rank 1 wrote at "
+                                               "step 10"}
+    fresh = events + resumed(5.0, 1, 1, None, {})  # no peer said it resumed: a fresh start beside none
+    assert mixed_resumes(run(*fresh), 2) == {}
