@@ -1348,3 +1348,46 @@ def test_a_crash_loop_status_without_the_launchers_record_reads_as_out_of_restar
     v = judge(_resume_run(*events, status="crash_loop"), 2)
     assert (v.resume["run"], v.resume["crash_loop"]) == ("crash_loop", None)
     assert v.explanation.startswith("race: ran out of restarts after 2 attempts ("), v.explanation
+
+
+def _resumed(n, t, *ranks):
+    """Attempt n of the ranks at t: each resumes from epoch 0's file (step 10)."""
+    return [x for r in ranks for x in ((t, r, "loop_start", {"attempt": n}),
+                                       (t + 0.1, r, "resume", {"attempt": n, "epoch": 0, "step": 10,
+                                                               "path": "m/epoch0.pt", "digest": "e0"}))]
+
+
+def test_a_resume_run_stopped_at_its_time_limit_mid_attempt_says_the_launcher_stopped_that_attempt_and_each_rank():
+    events = _attempt0_killed_mid_epoch1() + _resumed(1, 5.0, 0, 1)  # attempt 1 still training at the limit
+    v = judge(_resume_run(*events, status="timeout"), 2)
+    assert [(o.outcome, o.detail) for o in v.ranks] == [("timeout", "stopped by the launcher at timeout.run_s")] * 2
+    assert v.resume["attempts"] == [KILLED_MID_WRITE, {"attempt": 1, "ended": "stopped",
+                                                       "what": "stopped by the launcher at timeout.run_s"}]
+    assert v.explanation == (
+        "race: stopped by the launcher at timeout.run_s after 2 attempts (attempt 0 died on epoch1.pt: rank 0 killed "
+        "with SIGKILL mid write (planted)); rank 0 timeout (stopped by the launcher at timeout.run_s); rank 1 timeout "
+        "(stopped by the launcher at timeout.run_s)")
+
+
+def test_only_the_time_limit_turns_an_attempt_that_recorded_no_death_into_a_stopped_one():
+    quiet = _attempt0_killed_mid_epoch1() + _resumed(1, 5.0, 0, 1)  # attempt 1 ended, no rank said why
+    v = judge(_resume_run(*quiet, status="failed"), 2)
+    assert v.resume["attempts"][-1] == {"attempt": 1, "ended": "died", "rank": None, "file": None,
+                                        "what": "no rank recorded why"}
+    torn = _torn_reads(_attempt0_killed_mid_epoch1(), [1], rank_of=lambda n: 1)  # attempt 1 died, then the limit
+    v = judge(_resume_run(*torn, status="timeout"), 2)
+    assert (v.resume["attempts"][-1]["ended"], v.resume["attempts"][-1]["rank"]) == ("died", 1)
+
+
+def test_a_crash_loops_record_keeps_the_resumes_of_its_last_attempt_and_leaves_out_the_one_begun_as_it_stopped():
+    nan = {"error_type": "RuntimeError", "message": "loss is nan"}
+    events = _attempt0_killed_mid_epoch1()
+    for n in (1, 2):
+        events += _resumed(n, 5.0 * n, 0, 1) + [(5.0 * n + 1, 0, "train_error", {"attempt": n, **nan})]
+    events.append((11.5, "launcher", "crash_loop", {"attempts": [1, 2], "doing": "in its training", "file": None,
+                                                    "kind": "RuntimeError", "sentence": "crash loop: every attempt "
+                                                                                        "dies in its training "
+                                                                                        "(RuntimeError)"}))
+    events += _resumed(3, 15.0, 0, 1)  # the agent began attempt 3 as the launcher stopped the run
+    v = judge(_resume_run(*events, status="crash_loop"), 2)
+    assert [[r["attempt"] for r in v.resume["ranks"][str(rank)]] for rank in (0, 1)] == [[0, 1, 2]] * 2
