@@ -318,14 +318,14 @@ def test_a_rank_that_failed_after_its_load_is_never_loaded_and_the_run_never_cle
 
 
 def test_a_stale_read_is_timed_from_when_the_rank_began_reading_to_when_the_first_rank_began_the_last_save():
-    """DCP: every rank writes the save of epoch 2; rank 1 began its slow read (0.6 s) of epoch 1's file before
+    """DCP: every rank writes the save of epoch 3; rank 1 began its slow read (0.6 s) of epoch 2's file before
     either began, and rank 0's write failed 2 s into it."""
-    events = launch("ok", *saver(("w-epoch0", "w-epoch1"), end=5.0)[:4],
-                    ev(6.0, 1, "load_attempt"), ev(6.6, 1, "load_done", digest="w-epoch1"),
-                    ev(7.0, 0, "save_start", epoch=2), ev(7.4, 2, "save_start", epoch=2),
-                    ev(9.0, 0, "save_error", epoch=2, error_type="OSError", message="[Errno 28] No space left"))
+    events = launch("ok", *saver(("w-epoch0", "w-epoch1", "w-epoch2"), end=5.0)[:6],
+                    ev(6.0, 1, "load_attempt"), ev(6.6, 1, "load_done", digest="w-epoch2"),
+                    ev(7.0, 0, "save_start", epoch=3), ev(7.4, 2, "save_start", epoch=3),
+                    ev(9.0, 0, "save_error", epoch=3, error_type="OSError", message="[Errno 28] No space left"))
     assert detail(1, events) == (
-        "stale", "loaded the epoch-1 save, read 1.0 s before rank 0's save of epoch 2 began; that save then failed")
+        "stale", "loaded the epoch-2 save, read 1.0 s before rank 0's save of epoch 3 began; that save then failed")
 
 
 def test_a_read_before_a_last_save_that_never_ended_says_that_save_never_finished():
