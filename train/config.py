@@ -47,8 +47,9 @@ class FaultConfig:
     kill_epoch: Optional[int] = key(None, "framework=torch_loop, first attempt only: rank 0 is killed with SIGKILL at "
                                           "this epoch's save (crash_mid_save, pointer_first, resume_disagree)", min=0,
                                     only={"workload": ["resume"]})
-    kill_at: str = key("mid_write", "where: halfway through writing the checkpoint, or once its save is complete",
-                       choices=["mid_write", "after_save"], only={"workload": ["resume"]})
+    kill_at: str = key("mid_write", "where: halfway through writing the checkpoint, or once its save is complete; "
+                                    "before_shard: rank 1, before its shard lands (framework=deepspeed, shard_lost)",
+                       choices=["mid_write", "after_save", "before_shard"], only={"workload": ["resume"]})
     stale_listing: bool = key(False, "after a restart, every rank but 0 lists the checkpoints as a stale directory "
                                      "cache would: without the newest (resume_disagree)",
                               only={"workload": ["resume"]})
@@ -156,6 +157,9 @@ class FrameworkConfig:
     own_class_kinds: List[str] = key(["train.frameworks.fastai.callbacks.RaceSaveModelCallback"],
                                      "with fix=own, the class named by fix._target_ must subclass one of "
                                      "these (set by each framework)")
+    zero_stage: int = key(1, "framework=deepspeed: ZeRO's stage (1: optimizer state partitioned, 2: gradients too); "
+                             "each rank saves its own partition", min=1, max=2,
+                          only={"framework.name": ["deepspeed"]})
     as_shipped_fix: str = key("barrier", "the fix a run gets when framework= is given and fix= is not: the "
                                          "framework's code as shipped (set by each framework)")
 

@@ -100,6 +100,40 @@ class Faults:
             self.say(f"Killed with SIGKILL {at.replace('_', ' ')} of epoch {epoch}'s checkpoint (fault.kill_epoch).")
             os.kill(os.getpid(), signal.SIGKILL)
 
+    def _shard_at(self, epoch: int) -> bool:
+        from train.events import attempt
+
+        return self.fault["kill_epoch"] == epoch and self.fault["kill_at"] == "before_shard" and attempt() == 0
+
+    def shards_committed(self, epoch: int, tag: str):
+        """A sharded save (framework=deepspeed) on rank 0, where its engine commits the checkpoint, right before it
+        would write the tag file. kill_at=before_shard: says so on the rendezvous store, for before_shard."""
+        if self._shard_at(epoch) and self.rank == 0:
+            default_store().set(f"race-lab/shards/committed/{tag}", "1")
+
+    def before_shard(self, epoch: int, path, latest, tag: str, timeout_s: float):
+        """A sharded save (framework=deepspeed), before this rank writes its shard. kill_at=before_shard: rank 1, at
+        fault.kill_epoch's save on the first attempt, waits until rank 0 has committed the save (shards_committed,
+        up to timeout_s) and then up to 2 s for `latest` to name its tag (DeepSpeed writes it then, without waiting
+        for the other ranks' shards; a fix that writes it later never does), then is killed with SIGKILL."""
+        if not (self._shard_at(epoch) and self.rank == 1):
+            return
+        try:
+            default_store().wait([f"race-lab/shards/committed/{tag}"], timedelta(seconds=timeout_s))
+        except (RuntimeError, dist.DistError):
+            pass
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                if open(latest).read().strip() == tag:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.02)
+        self.events.record("crash", at="before_shard", epoch=epoch, path=str(path))
+        self.say(f"Killed with SIGKILL before its shard of {tag} landed (fault.kill_epoch).")
+        os.kill(os.getpid(), signal.SIGKILL)
+
     def listing(self, names: list) -> list:
         """The checkpoint names (oldest first) this rank sees when it resumes. With fault.stale_listing, after
         a restart every rank but 0 misses the newest, as a stale directory cache would (NFS's attribute cache)."""

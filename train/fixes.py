@@ -11,6 +11,9 @@ framework adapter (train/frameworks/) call these at their own seams, so no fix i
   rank0_decides  the same for any value: rank 0's choice of a checkpoint to resume from (agreed, the resume loop)
   write_marker / is_complete   a completeness marker written last, with a digest of the file (manifest)
   rotate_on_rank0  keep the newest N checkpoints: one rank deletes the others, after a barrier (rank0_rotates)
+Sharded checkpoints (every rank writes its own shard, a tag file names the newest: DeepSpeed's `latest`):
+  agreed_tag     rank 0 lists the tags, every rank checks its own shards of each, an all-reduce MIN (agreed)
+  publish_tag_last  the tag written last: a barrier after every shard, then rank 0 writes it atomically (atomic)
 Async saves (checkpoint.async_save):
   group_of_its_own       a process group for the save's collectives alone (own_group)
   complete_when_durable  the pointer and the cleanup only after the save's Future and a barrier (on_durable)
@@ -167,6 +170,32 @@ def rotate_on_rank0(events, old_paths, delete):
     if dist.get_rank() == 0:
         for path in old_paths:
             delete(path)
+
+
+def agreed_tag(events, candidates, whole):
+    """The newest tag every rank holds whole, or None: rank 0 lists `candidates()` (newest first; its tag file's
+    first) and sends them; every rank checks `whole(tag)` (its own shard and the files it reads are there) and an
+    all-reduce MIN over the answers keeps the first that no rank lacks. Nobody loads before all agree, so no rank
+    dies on a missing shard while its peers load (DeepSpeed#2319, DeepSpeed PR#1388). Raises SyncFailed (recorded)."""
+    import torch
+
+    tags = rank0_decides(events, lambda: list(candidates()))
+    if not tags:
+        return None
+    have = torch.tensor([1 if whole(tag) else 0 for tag in tags], dtype=torch.int32)
+    if not watched(events, "agree", lambda: dist.all_reduce(have, op=dist.ReduceOp.MIN)):
+        raise SyncFailed
+    return next((tag for tag, ok in zip(tags, have.tolist()) if ok), None)
+
+
+def publish_tag_last(events, tag_file, tag: str):
+    """After every rank's save returned: a barrier (every shard is written), then rank 0 writes the tag to a
+    temporary name and renames it onto `tag_file` (atomic_write): the tag never names a checkpoint whose shards have
+    not landed, and never reads half written. Raises SyncFailed (recorded) when the barrier fails."""
+    if not watched(events, "barrier", dist.barrier):
+        raise SyncFailed
+    if dist.get_rank() == 0:
+        atomic_write(tag_file, lambda f: f.write(tag.encode()))
 
 
 def remove_checkpoint(path):

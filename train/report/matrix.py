@@ -14,12 +14,13 @@ from train.report import rates
 from train.report.files import save_png_atomic
 
 SCENARIO_ORDER = ["seed", "stale", "torn", "skip_if_missing", "disagree", "save_fails", "many_writers",
-                  "no_shared_fs", "crash_mid_save", "pointer_first", "cleanup", "resume_disagree",
+                  "no_shared_fs", "crash_mid_save", "pointer_first", "shard_lost", "node_local_resume", "cleanup",
+                  "resume_disagree",
                   "async_in_flight", "async_shared_group", "dcp_overwrite"]
 FIX_ORDER = ["as_shipped", "unsynced", "in_place", "barrier", "wait_for_everyone", "poll", "atomic", "agreed",
              "broadcast", "dcp", "save_on_each_node", "manifest", "rank0_rotates", "on_durable", "own_group",
              "fresh_rename"]
-FRAMEWORK_ORDER = ["fastai", "lightning", "transformers", "accelerate", "torch_loop"]
+FRAMEWORK_ORDER = ["fastai", "lightning", "transformers", "accelerate", "torch_loop", "deepspeed"]
 COLOURS = {"clean": "#a1d99b", "save_failed": "#9ecae1", "race": "#fc9272", "error": "#bdbdbd",
            "interrupted": "#bdbdbd", "n/a": "#f0f0f0", "crashed": "#bdbdbd"}
 TITLE = "What every rank ended up with in {frameworks}: scenario (what goes wrong) x fix"

@@ -1,0 +1,186 @@
+"""DeepSpeed 0.19.8's own resume (workload=resume, issue 26): the user's loop as DeepSpeed's docs show it, over
+the small_cnn and digits_split every adapter shares, ZeRO stage framework.zero_stage (1 or 2) on gloo ranks:
+
+    engine, *_ = deepspeed.initialize(model=model, optimizer=SGD(momentum), config={... zero_optimization ...})
+    path, client = engine.load_checkpoint(dir)        # reads `latest`; (None, None) where there is none
+    start = client["epoch"] + 1 if path else 0
+    for epoch in range(start, epochs): train; engine.save_checkpoint(dir, client_state={"epoch": epoch})
+
+What the shipped code does (engine.py, 0.19.8): save_checkpoint makes <dir>/global_step<N>/ (rank 0, a barrier);
+rank 0 writes mp_rank_00_model_states.pt (the module and client_state), every rank its own ZeRO partition
+zero_pp_rank_<r>_mp_rank_00_optim_states.pt; then rank 0 writes `latest` (the tag) with a plain open('w') BEFORE
+the final barrier: it does not wait for the other ranks' shards. load_checkpoint on every rank reads `latest`
+(missing: a warning, "Unable to find latest file", and (None, None): that rank starts fresh), then the model file
+and, for ZeRO-1/2, every rank's partition. ZeRO gathers the updated weights on every rank after each step, so
+comparing replicas hides a rank that started fresh: the records that show it are the shards (train/judge/shards.py).
+
+The loop keeps its ranks in step: the epoch to start from is the highest any rank resumed to (an all-reduce MAX),
+as a loop that counts steps for all. Without it, a rank that started fresh would train more epochs than its peers
+and the run would hang instead of finishing on a mixed state, as the field's reports describe (DeepSpeed#2319).
+
+Seams: engine.checkpoint_engine (seams.py): every file saved and loaded, shards recorded, loads weights_only.
+Fixes (cfg["fix"]["name"]), each from train/fixes.py:
+  as_shipped  the loop above
+  atomic      save_checkpoint(save_latest=False), then fixes.publish_tag_last: a barrier, rank 0 writes `latest`
+              to a temporary name and renames it into place
+  agreed      fixes.agreed_tag: rank 0 lists the tags (`latest`'s first, then the global_step<N> folders, newest
+              first), every rank checks its shard and the model file exist, an all-reduce MIN; every rank then
+              load_checkpoint(dir, tag=<the newest all hold>)
+Events: those of train/frameworks/torch_loop/ (path: a tag folder), and shard_write / shard_read.
+"""
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import deepspeed
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from train.fixes import SyncFailed, agreed_tag, publish_tag_last
+from train.frameworks.deepspeed.seams import MODEL, SHARD, ObservedCheckpointEngine
+from train.toolkit.errors import error_fields
+from train.toolkit.model import digits_split, small_cnn, weights_digest
+from train.toolkit.rank import Rank, checkpoint_dir, say
+from train.toolkit.resume import start_attempt
+
+LATEST = "latest"  # DeepSpeed's tag file
+TAG = re.compile(r"^global_step(\d+)$")
+
+
+@dataclass(frozen=True)
+class Way:
+    """How the loop does one fix: each field one difference from the loop as shipped."""
+    tag_last: bool = False  # save_latest=False, then a barrier and rank 0's atomic write of `latest`
+    agreed: bool = False  # every rank loads the newest tag all of them hold whole (an all-reduce MIN)
+
+
+# the dispatch: fix.name -> how the loop does it (configs/framework/deepspeed.yaml's not_for says which apply)
+BY_FIX = {"as_shipped": Way(), "atomic": Way(tag_last=True), "agreed": Way(agreed=True)}
+
+
+def fit_and_resume(rank: Rank):
+    """workload=resume: save_checkpoint every epoch, load_checkpoint at the start of every attempt."""
+    DeepSpeedResume(rank).run()
+
+
+class DeepSpeedResume:
+    def __init__(self, rank: Rank):
+        cfg = rank.cfg
+        self.rank, self.cfg, self.events, self.faults = rank, cfg, rank.events, rank.faults
+        self.way = BY_FIX[cfg["fix"]["name"]]
+        self.folder = Path(checkpoint_dir(cfg))  # save_dir: global_step<N>/ and `latest`
+        self.latest = self.folder / LATEST
+        self.timeout_s = cfg["timeout"]["collective_s"]
+        self.me = dist.get_rank()
+        self.epoch, self.tag = None, None  # the save under way
+
+    def run(self):
+        cfg, data = self.cfg, self.cfg["data"]
+        start_attempt(self.rank, self.folder)
+        torch.manual_seed(cfg["seed"])
+        x_train, y_train, _, _ = digits_split(data, cfg["seed"])
+        train_set = TensorDataset(x_train, y_train)
+        sampler = DistributedSampler(train_set, shuffle=True, seed=cfg["seed"])
+        loader = DataLoader(train_set, batch_size=data["batch_size"], sampler=sampler)
+        self.steps_per_epoch = len(loader)
+        model = small_cnn(1)
+        config = {"train_micro_batch_size_per_gpu": data["batch_size"], "gradient_accumulation_steps": 1,
+                  "zero_optimization": {"stage": cfg["framework"]["zero_stage"]},
+                  "zero_allow_untested_optimizer": True, "steps_per_print": 10 ** 9}
+        self.engine, _, _, _ = deepspeed.initialize(  # the process group is train/rank/worker.py's: it uses it
+            model=model, optimizer=torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9), config=config)
+        self.engine.checkpoint_engine = ObservedCheckpointEngine(self)
+
+        start = self.resume()
+        self.events.record("fit_start", train_batches=self.steps_per_epoch, node_local=cfg["checkpoint"]["node_local"],
+                           start_epoch=start)
+        epoch = start
+        try:
+            for epoch in range(start, cfg["epochs"]):
+                sampler.set_epoch(epoch)
+                self.engine.train()
+                for x, y in loader:
+                    self.engine.backward(F.cross_entropy(self.engine(x), y))
+                    self.engine.step()
+                say(f"epoch {epoch} trained")
+                self.save(epoch)
+        except SyncFailed:
+            raise RuntimeError("a sync failed (recorded)") from None
+        except Exception as e:  # recorded, then the rank dies as a real loop would: torch elastic restarts it
+            self.events.record("train_error", epoch=epoch, **error_fields(e))
+            raise
+        self.events.record("train_end")
+        self.events.record("final", digest=weights_digest(dict(self.engine.module.named_parameters())))
+
+    def digest(self) -> str:
+        return weights_digest(self.engine.module.state_dict())
+
+    def tags(self) -> list:
+        """The tag folders, newest first (by their step)."""
+        found = [(int(m.group(1)), p.name) for p in self.folder.iterdir() if (m := TAG.match(p.name))] \
+            if self.folder.is_dir() else []
+        return [name for _, name in sorted(found, reverse=True)]
+
+    def whole(self, tag: str) -> bool:
+        """Whether this rank finds what it reads of `tag`: the model file and every rank's shard."""
+        names = {p.name for p in (self.folder / tag).iterdir()} if (self.folder / tag).is_dir() else set()
+        shards = {int(m.group(1)) for n in names if (m := SHARD.match(n))}
+        return any(MODEL.match(n) for n in names) and shards >= set(range(dist.get_world_size()))
+
+    # --- the resume ---
+    def resume(self) -> int:
+        """load_checkpoint on every rank; the epoch to start from (the highest any rank resumed to). A failed read
+        is recorded and raised: the rank dies, and torch elastic restarts the group."""
+        listing = self.tags()
+        tag = None
+        if self.way.agreed:
+            def candidates():
+                named = self.latest.read_text().strip() if self.latest.is_file() else None
+                return ([named] if named else []) + [t for t in listing if t != named]
+            tag = agreed_tag(self.events, candidates, self.whole)
+        named = tag or (self.latest.read_text().strip() if self.latest.is_file() else None)
+        if named is not None and (not self.way.agreed or tag):
+            model_file = next((self.folder / named).glob("mp_rank_*_model_states.pt"), None)
+            self.events.record("load_attempt", path=str(self.folder / named),
+                               bytes=model_file.stat().st_size if model_file else None)
+        try:
+            if self.way.agreed and tag is None:
+                path, client = None, None  # no tag every rank holds whole: all start fresh
+            else:
+                path, client = self.engine.load_checkpoint(str(self.folder), tag=tag)
+        except Exception as e:
+            self.events.record("load_error", path=str(self.folder / (named or "?")), **error_fields(e))
+            say(f"Resume from {named} failed: {type(e).__name__}: {e}")
+            raise
+        if path is None:  # DeepSpeed found no `latest` here: a fresh start
+            self.events.record("resume", epoch=-1, step=0, path=None, digest=self.digest(), listing=listing)
+            mine = 0
+        else:
+            epoch, step = client["epoch"], self.engine.global_steps
+            self.events.record("resume", epoch=epoch, step=step, path=str(Path(path).parent if Path(path).is_file()
+                                                                            else path), digest=self.digest(),
+                               listing=listing)
+            say(f"Resumed from {Path(path).parent.name} (epoch {epoch}, step {step}).")
+            mine = epoch + 1
+        start = torch.tensor([mine])
+        dist.all_reduce(start, op=dist.ReduceOp.MAX)  # the loop's ranks in step (see the module's docstring)
+        return int(start)
+
+    # --- the save ---
+    def save(self, epoch: int):
+        """save_checkpoint on every rank, as the docs show; with fix=atomic the tag after, atomically."""
+        self.epoch, step = epoch, self.engine.global_steps
+        self.tag = f"global_step{step}"
+        path = self.folder / self.tag
+        if self.me == 0:
+            self.events.record("save_start", epoch=epoch, step=step, path=str(path))
+        self.engine.save_checkpoint(str(self.folder), client_state={"epoch": epoch},
+                                    save_latest=not self.way.tag_last)
+        if self.way.tag_last:
+            publish_tag_last(self.events, self.latest, self.tag)
+        if self.me == 0:
+            size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+            self.events.record("save_end", epoch=epoch, step=step, path=str(path), digest=self.digest(), bytes=size)
+            self.faults.kill_point("after_save", epoch, path)
