@@ -54,10 +54,14 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+DRAWING_NICE = 10  # the drawing thread's nice: the ranks get >90% of a core it shares with them; 19 (1.5%) let one
+# drawing take minutes on a loaded machine, and the sweep's end waits for the one in flight
+
+
 def draw_at_low_priority():
     """The drawing thread yields the cores to the ranks (Linux sets a priority per thread)."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DRAWING_NICE)
     except (AttributeError, OSError):
         pass
 
@@ -273,8 +277,9 @@ class SweepProgress(Callback):
         from train.report.runs import write_report
 
         self.over.set()
-        self.drawing.shutdown(wait=True)
-        drawn = {run for run, done in self.timelines.items() if done.exception() is None and done.result()}
+        self.drawing.shutdown(wait=True, cancel_futures=True)  # the queued ones are drawn below, at full priority
+        drawn = {run for run, done in self.timelines.items()
+                 if not done.cancelled() and done.exception() is None and done.result()}
         print("\n" + write_report(self.sweep_dir, drawn), flush=True)  # draws what the thread did not
         if self.failed:
             print(f"[sweep] {len(self.failed)} of {self.total} jobs did not give a result:\n  "
