@@ -73,14 +73,15 @@ def test_the_captured_output_has_every_command_the_finding_runs(name):
 
 
 def finding_sections():
-    for page in ("accelerate.md", "transformers.md", "lightning.md"):
+    for page in ("accelerate.md", "transformers.md", "lightning.md", "deepspeed.md"):
         text = (tool.FINDINGS_DIR / page).read_text()
         for m in re.finditer(r"^## (\d+)\. (.*?)$(.*?)(?=^## \d+\. |\Z)", text, re.M | re.S):
             yield page, m.group(1), m.group(3)
 
 
 def test_every_finding_page_has_numbered_sections():
-    assert {page for page, _, _ in finding_sections()} == {"accelerate.md", "transformers.md", "lightning.md"}
+    assert {page for page, _, _ in finding_sections()} == {"accelerate.md", "transformers.md", "lightning.md",
+                                                           "deepspeed.md"}
     assert len(list(finding_sections())) == len(FINDINGS)
 
 

@@ -149,6 +149,28 @@ FINDINGS = [
         extras=[(r'\.fit\(ckpt_path="last"\) is set, but there is no last checkpoint available\.', 1, 0),
                 (r"Restoring states from the checkpoint path at \S+", 2, 0)],
         drop=r"^job 2 rank \d+: finished"),  # job 2 ends in a collective timeout: whether a rank gets this far varies
+    Finding(
+        "deepspeed_node_local", "deepspeed.md",
+        "load_checkpoint on a node whose disk has no `latest` starts that rank fresh, exit 0",
+        ("deepspeed", "torch"),
+        [Run(f"{R} deepspeed_node_local.py",
+             both(lambda ls: has(ls, "rank 1: load_checkpoint returned None", "rank 0: global_steps 6 after one more"
+                                 " step", "rank 1: global_steps 1 after one more step"), codes(0)),
+             gone=lambda ls, rcs: not has(ls, "rank 1: load_checkpoint returned None")),
+         Run(f"{N2} deepspeed_node_local.py use_node_local_storage", nodes=2,
+             expect=both(lambda ls: has(ls, "rank 1: load_checkpoint returned None",
+                                        "rank 1: global_steps 1 after one more step"), codes(0, 0)),
+             gone=lambda ls, rcs: not has(ls, "rank 1: load_checkpoint returned None"))],
+        extras=[(r"Unable to find latest file at node1/latest", 0, 1)]),
+    Finding(
+        "deepspeed_latest_first", "deepspeed.md",
+        "save_checkpoint writes `latest` before the other ranks' partitions: every restart dies on the missing one",
+        ("deepspeed", "torch"),
+        [Run(f"{SWITCH}{AT} deepspeed_latest_first.py",
+             both(lambda ls: all(has(ls, f"attempt {a} rank 1: load_checkpoint failed: FileNotFoundError")
+                                 for a in (1, 2)), codes(1)),
+             gone=lambda ls, rcs: has(ls, "attempt 1 rank 1: finished"))],
+        drop=r"^attempt [12] rank 0: "),  # rank 0 loads as rank 1 fails: whether it prints before the agent stops it varies
 ]
 
 

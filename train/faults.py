@@ -237,8 +237,10 @@ def describe(cfg: dict) -> str:
         code = getattr(errno, fault["save_error"])
         parts.append(f"rank 0's last save fails halfway with OSError {fault['save_error']} ({os.strerror(code)})")
     if fault["kill_epoch"] is not None and not fault["async_fault"]:  # an async fault says its own
-        where = "halfway through writing" if fault["kill_at"] == "mid_write" else "right after it completes"
-        parts.append(f"rank 0 is killed with SIGKILL {where} epoch {fault['kill_epoch']}'s checkpoint, on the "
+        where = {"mid_write": "rank 0 is killed with SIGKILL halfway through writing",
+                 "after_save": "rank 0 is killed with SIGKILL right after it completes",
+                 "before_shard": "rank 1 is killed with SIGKILL before its shard lands, `latest` already naming"}
+        parts.append(f"{where[fault['kill_at']]} epoch {fault['kill_epoch']}'s checkpoint, on the "
                      f"first attempt (torch elastic restarts up to {cfg['launch']['max_restarts']} times)")
     if fault["stale_listing"]:
         parts.append("after a restart every rank but 0 lists the checkpoints without the newest (a stale listing)")
