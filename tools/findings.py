@@ -170,7 +170,7 @@ FINDINGS = [
              both(lambda ls: all(has(ls, f"attempt {a} rank 1: load_checkpoint failed: FileNotFoundError")
                                  for a in (1, 2)), codes(1)),
              gone=lambda ls, rcs: has(ls, "attempt 1 rank 1: finished"))],
-        drop=r"^attempt [12] rank 0: "),  # rank 0 loads as rank 1 fails: whether it prints before the agent stops it varies
+        drop=r"^attempt [12] rank 0: "),  # rank 0 loads as rank 1 fails: whether it prints before it is stopped varies
 ]
 
 

@@ -41,8 +41,8 @@ if os.path.exists("ckpt/latest"):
 try:
     path, _ = engine.load_checkpoint("ckpt")
 except Exception as e:
-    print(f"attempt {attempt} rank {rank}: load_checkpoint failed: {type(e).__name__}: {os.path.basename(e.filename or '') or e}",
-          flush=True)
+    missing = os.path.basename(getattr(e, "filename", None) or "") or e
+    print(f"attempt {attempt} rank {rank}: load_checkpoint failed: {type(e).__name__}: {missing}", flush=True)
     raise
 print(f"attempt {attempt} rank {rank}: resumed at step {engine.global_steps}", flush=True)
 while engine.global_steps < 15:
