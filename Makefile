@@ -94,11 +94,15 @@ report: install ## rebuild the report of a run or sweep dir: make report DIR=run
 bench: install ## time to verdict: each figure beside its goal, vs a plain torchrun script; runs/bench/<time>/bench.json (ARGS=)
 	$(PY) -m train.bench $(ARGS)
 
-test: install ## run the whole test suite, as CI does (real multi-rank gloo jobs, the matrix, the engine tier)
-	$(PY) -m pytest -q tests
+# WORKERS: pytest-xdist workers that run test files side by side (each file's tests on one worker, so a file's
+# shared sweep runs once); 1: one file after another. Default 2, one per core of CI's 2-core machine.
+WORKERS ?= 2
+workers  = $(if $(filter-out 1,$(WORKERS)),-n $(WORKERS) --dist loadfile)
+test: install ## run the whole test suite, as CI does (real multi-rank gloo jobs, the matrix, the engine tier) [WORKERS=2]
+	$(PY) -m pytest -q $(workers) tests
 
-test-fast: install ## the quick subset for your own loop: no slow or engine tests (real ranks for every framework; minutes)
-	$(PY) -m pytest -q -m "not slow and not engine" tests
+test-fast: install ## the quick subset for your own loop: the unit tests, the refusals, the seed race (no slow or engine tests) [WORKERS=2]
+	$(PY) -m pytest -q $(workers) -m "not slow and not engine" tests
 
 fuzz: install ## the fuzzer's long profile (Hypothesis): many more configs, checkpoint files and records; minutes
 	RACE_LAB_FUZZ=long $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py

@@ -19,6 +19,8 @@ import pytest
 
 from conftest import sweep_groups
 
+pytestmark = pytest.mark.slow  # Accelerate as shipped and with fixes: real-rank sweeps (make test-fast leaves them out; CI runs them)
+
 
 ENDS_WITHIN_S = 300  # the groups one fixture starts, together; each takes well under a minute on 2 idle cores
 

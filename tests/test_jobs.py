@@ -13,6 +13,8 @@ from conftest import ROOT, processes_tagged, tagged_env
 from test_interrupt import assert_stopped_at_once, events_below, interrupt
 from test_matrix import EXPECTED, FIXES
 
+pytestmark = pytest.mark.slow  # sweeps whose jobs run side by side, with real ranks (make test-fast leaves them out; CI runs them)
+
 SIDE_BY_SIDE = ["hydra/launcher=jobs", "hydra.launcher.n_jobs=2"]  # what make's JOBS=2 adds
 
 

@@ -17,6 +17,8 @@ import pytest
 from conftest import ROOT, run_train, sweep_groups
 from train.events import read_events
 
+pytestmark = pytest.mark.slow  # Lightning as shipped and with fixes: real-rank sweeps (make test-fast leaves them out; CI runs them)
+
 
 ENDS_WITHIN_S = 240  # each group of launches; under a minute on 2 idle cores
 

@@ -23,6 +23,8 @@ import torch
 
 from conftest import sweep_groups
 
+pytestmark = pytest.mark.slow  # Lightning's resume sweeps: real ranks restarting (make test-fast leaves them out; CI runs them)
+
 
 ENDS_WITHIN_S = 300  # every group of a fixture together; about a minute on 2 idle cores
 

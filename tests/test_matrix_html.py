@@ -19,6 +19,8 @@ from train.report.matrix import build
 from train.report.matrix_html import page, write_html
 from train.judge.vocabulary import OUTCOMES
 
+pytestmark = pytest.mark.slow  # a real sweep read in a real browser (make test-fast leaves it out; CI runs it)
+
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--no-first-run"]

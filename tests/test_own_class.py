@@ -64,6 +64,7 @@ def rank_logs(job, rank) -> str:
     return "".join(p.read_text() for p in job.glob(f"logs/*/attempt_0/{rank}/stdout.log"))
 
 
+@pytest.mark.slow  # real ranks, three scenarios
 def test_a_fastai_callback_of_your_own_runs_through_three_scenarios(examples):
     """The marker holds for a late writer (seed) and a slow one (torn); an older checkpoint's marker lets
     readers load the older weights (stale): what README's worked example says."""

@@ -18,6 +18,8 @@ import pytest
 
 from conftest import sweep_groups
 
+pytestmark = pytest.mark.slow  # the torch loop's resume sweeps: real ranks restarting (make test-fast leaves them out; CI runs them)
+
 
 ENDS_WITHIN_S = 300  # every group together; about a minute on 2 idle cores
 

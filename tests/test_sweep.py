@@ -42,6 +42,7 @@ def assert_png(path, min_bytes=10_000):
         assert im.size[0] > 400 and im.size[1] > 150
 
 
+@pytest.mark.slow  # the real sweep (the `real` fixture)
 def test_a_small_sweep_makes_the_report(real):
     sweep, proc = real["root"] / "small", real["small"]
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -99,6 +100,7 @@ def test_a_small_sweep_makes_the_report(real):
                      (sweep / "report.md").read_text())
 
 
+@pytest.mark.slow  # the real sweep (the `real` fixture)
 def test_a_sweep_and_a_run_show_no_stack_trace_traceback_or_torch_warning(real):
     """The small sweep (one line a job), the sweep that echoes its ranks, and a clean run."""
     for name in ("small", "echo", "run"):
@@ -106,6 +108,7 @@ def test_a_sweep_and_a_run_show_no_stack_trace_traceback_or_torch_warning(real):
         assert not console_noise(real[name].stdout, real[name].stderr), name
 
 
+@pytest.mark.slow  # the real sweep (the `real` fixture)
 def test_a_bad_job_is_reported_and_the_sweep_goes_on(real):
     sweep, proc = real["root"] / "bad_job", real["bad_job"]
     assert proc.returncode == 1
@@ -116,6 +119,7 @@ def test_a_bad_job_is_reported_and_the_sweep_goes_on(real):
     assert not any(sweep.glob("0-*")), "the bad job leaves no half-made run dir"
 
 
+@pytest.mark.slow  # the real sweep (the `real` fixture)
 def test_echo_ranks_brings_each_ranks_output_back(real):
     proc = real["echo"]
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -130,6 +134,38 @@ def test_the_progress_bar_estimates_the_time_left():
     assert progress_bar(0, 4, None, width=8) == "[........] 0/4 jobs"
     assert progress_bar(1, 4, 75.4, width=8) == "[##......] 1/4 jobs  ~1m15s left"
     assert progress_bar(4, 4, 0, width=8) == "[########] 4/4 jobs  ~0s left"
+
+
+
+def test_the_sweeps_end_draws_the_queued_timelines_itself_and_waits_only_for_the_one_in_flight(tmp_path, monkeypatch):
+    """The drawing thread runs at a low priority; on a loaded machine the timelines still queued there at the
+    sweep's end took minutes. The end cancels them (write_report draws them at full priority) and waits for the
+    one being drawn."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import train.report.runs
+    from train.launch.sweep import SweepProgress
+
+    sweep = SweepProgress()
+    sweep.total, sweep.sweep_dir, sweep.failed = 3, tmp_path, []
+    sweep.over, sweep.drawing = threading.Event(), ThreadPoolExecutor(1)
+    ran, in_flight = [], threading.Event()
+
+    def draw(run):
+        in_flight.set()
+        sweep.over.wait(60)  # busy until the end is under way
+        ran.append(run)
+        return True
+
+    sweep.timelines = {tmp_path / "job0": sweep.drawing.submit(draw, tmp_path / "job0")}
+    assert in_flight.wait(60)
+    sweep.timelines.update({tmp_path / f"job{k}": sweep.drawing.submit(draw, tmp_path / f"job{k}") for k in (1, 2)})
+    told = {}
+    monkeypatch.setattr(train.report.runs, "write_report", lambda root, drawn: told.update(drawn=drawn) or "report")
+    sweep.finish()
+    assert ran == [tmp_path / "job0"]  # the queued two never ran on the thread
+    assert told["drawn"] == {tmp_path / "job0"}  # so write_report draws them
 
 
 def inside(fig, artist) -> bool:
@@ -265,6 +301,7 @@ def test_a_timeline_starts_at_the_first_rank_and_shows_the_whole_explanation(tmp
     assert figs["long"].get_figwidth() == figs["short"].get_figwidth()
 
 
+@pytest.mark.slow  # the real sweep (the `real` fixture)
 def test_a_real_runs_timeline(real):
     from train.report.timeline import draw_timeline, timeline_figure
 

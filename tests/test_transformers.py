@@ -18,6 +18,8 @@ import pytest
 
 from conftest import sweep_groups
 
+pytestmark = pytest.mark.slow  # the Trainer as shipped and with fixes: real-rank sweeps (make test-fast leaves them out; CI runs them)
+
 
 ENDS_WITHIN_S = 300  # both sweeps together; each takes well under a minute on 2 idle cores
 

@@ -21,6 +21,8 @@ from conftest import sweep_groups
 from test_config import composed
 from train.launch.plan import not_applicable
 
+pytestmark = pytest.mark.slow  # the Trainer's resume sweeps: real ranks restarting (make test-fast leaves them out; CI runs them)
+
 ENDS_WITHIN_S = 300  # every group together; under a minute on 2 idle cores
 
 GROUPS = {
