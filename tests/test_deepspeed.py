@@ -66,6 +66,7 @@ def events_of(job_dir: Path) -> list:
     return read_events(job_dir)
 
 
+@pytest.mark.slow  # real DeepSpeed ranks (the `groups` fixture): make test-fast leaves them out
 def test_node_local_disks_as_shipped_is_not_clean_and_names_the_rank_that_started_fresh(groups):
     (first, _), (summary, job) = groups["node_local"].jobs()
     assert first["verdict"] == "clean", first["explanation"]  # the first job: no resume
@@ -81,6 +82,7 @@ def test_node_local_disks_as_shipped_is_not_clean_and_names_the_rank_that_starte
     assert not [e for e in events if e["event"] in ("load_error", "train_error")]  # no rank raised
 
 
+@pytest.mark.slow  # real DeepSpeed ranks (the `groups` fixture): make test-fast leaves them out
 def test_latest_before_the_shards_as_shipped_dies_on_the_missing_shard_and_agreed_is_clean(groups):
     fixes = by_fix(groups["shard_lost"])
     naive, job = fixes["as_shipped"]
@@ -100,6 +102,7 @@ def test_latest_before_the_shards_as_shipped_dies_on_the_missing_shard_and_agree
     assert any(e["event"] == "crash" for e in events_of(job))  # the kill did happen
 
 
+@pytest.mark.slow  # real DeepSpeed ranks (the `groups` fixture): make test-fast leaves them out
 def test_a_zero_1_save_and_resume_is_clean(groups):
     summary, job = by_fix(groups["resume"])["as_shipped"]
     assert summary["verdict"] == "clean", summary["explanation"]
