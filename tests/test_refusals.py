@@ -106,7 +106,10 @@ def test_the_folder_probe_leaves_nothing_behind(tmp_path):
      "fault.read_delay_s=12.0: the stall cannot end within timeout.run_s=12; raise timeout.run_s above it"),
     ([RESUMES, "framework=torch_loop", "fault.kill_epoch=3"],
      "fault.kill_epoch=3: the run has epochs=3 (0..2), so the planted crash would never happen"),
-], ids=["skew", "skew+mid_write", "read_delay", "kill_epoch"])
+    ([RESUMES, "framework=torch_loop", "fault.kill_epoch=1", "fault.kill_at=before_shard"],
+     "fault.kill_at=before_shard: only framework=deepspeed writes a shard on every rank; framework=torch_loop never "
+     "gets there, so the planted crash would never happen (mid_write or after_save)"),
+], ids=["skew", "skew+mid_write", "read_delay", "kill_epoch", "kill_at"])
 def test_limits_that_contradict_each_other_are_refused(overrides, line, tmp_path):
     assert preflight_line(overrides, tmp_path / "run") == line
 

@@ -102,7 +102,7 @@ def check_used(cfg: dict, given) -> None:
 
 def check_limits(cfg: dict) -> None:
     """Limits that contradict each other: a stall that cannot end within the run's time limit, a crash planted
-    in an epoch the run never reaches."""
+    in an epoch the run never reaches or at a point its framework never gets to."""
     run_s = cfg["timeout"]["run_s"]
     stalls = (("skew.seconds", cfg["skew"]["seconds"] + cfg["skew"]["mid_write_s"]),
               ("fault.read_delay_s", cfg["fault"]["read_delay_s"]))
@@ -117,6 +117,11 @@ def check_limits(cfg: dict) -> None:
     if kill is not None and kill >= epochs:
         raise ConfigError(f"fault.kill_epoch={kill}: the run has epochs={epochs} (0..{epochs - 1}), so the planted "
                           "crash would never happen")
+    framework = cfg["framework"]["name"]
+    if kill is not None and cfg["fault"]["kill_at"] == "before_shard" and framework != "deepspeed":
+        raise ConfigError(f"fault.kill_at=before_shard: only framework=deepspeed writes a shard on every rank; "
+                          f"framework={framework} never gets there, so the planted crash would never happen "
+                          "(mid_write or after_save)")
 
 
 def check_folder_writable(key: str, folder: Path):
