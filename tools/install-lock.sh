@@ -14,11 +14,13 @@
 #                         that off; left to the JIT, the first 2-rank run on a fresh machine pays its compile
 #                         (141 s measured) into ~/.cache/torch_extensions. Built here, it is paid once, by install.
 #   DS_ACCELERATOR=cpu    the accelerator its ops are built for (the adapter runs with the same)
+# DS_BUILD_SHM_COMM from the environment wins: docker/Dockerfile passes 0, as its images have no C++ compiler (the
+# op is for the CPU accelerator; on GPUs DeepSpeed never loads it).
 set -euo pipefail
 python=${1:?usage: install-lock.sh PYTHON LOCK [PIP OPTIONS...]} lock=${2:?usage: install-lock.sh PYTHON LOCK}
 shift 2
 sdists='^deepspeed=='  # the lock's lines that have no wheel
 "$python" -m pip install "$@" -r <(grep -v "$sdists" "$lock")
 grep -q "$sdists" "$lock" || exit 0
-DS_BUILD_OPS=0 DS_BUILD_SHM_COMM=1 DS_ACCELERATOR=cpu \
+DS_BUILD_OPS=0 DS_BUILD_SHM_COMM=${DS_BUILD_SHM_COMM:-1} DS_ACCELERATOR=cpu \
     "$python" -m pip install "$@" --no-cache-dir --no-deps --no-build-isolation $(grep "$sdists" "$lock" | sed "s/[[:space:]]*#.*//")
