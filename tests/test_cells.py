@@ -30,9 +30,6 @@ from test_matrix import EXPECTED, FIXES
 from train.bench.measure import hang_to_end
 from train.toolkit import hang
 
-pytestmark = pytest.mark.slow  # the fastai matrix's defining cells: real-rank multiruns (make test-fast leaves them
-# out; CI runs them)
-
 TESTS = Path(__file__).resolve().parent
 
 ENDS_WITHIN_S = 420  # every group together; each takes well under a minute on 2 idle cores
