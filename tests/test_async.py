@@ -150,3 +150,14 @@ def test_rename_into_place_leaves_one_whole_checkpoint_and_replaces_the_old(tmp_
     rename_into_place(incoming, last)
     assert (last / ".metadata").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last"]  # no .old, no incoming left
+
+
+def test_the_cleanup_after_a_durable_save_never_counts_a_save_a_peer_has_begun(tmp_path):
+    """Seen in CI under load: rank 1 dispatched epoch 1's save (dcp made epoch1/) before rank 0, publishing epoch 0,
+    listed the folder; with keep_last=1 epoch 0 went, and the kill in epoch 1's window left nothing to resume."""
+    from train.frameworks.torch_loop.async_save import outdated
+
+    folders = [tmp_path / f"epoch{k}" for k in range(4)]
+    assert outdated(folders, tmp_path / "epoch2", keep=1) == folders[:2]  # epoch3 is in flight: not counted
+    assert outdated(folders[:1], tmp_path / "epoch0", keep=1) == []
+    assert outdated(folders[:3], tmp_path / "epoch2", keep=2) == folders[:1]

@@ -76,6 +76,14 @@ class ShardWriter(FileSystemWriter):
         return written
 
 
+def outdated(folders: list, published: Path, keep: int) -> list:
+    """The epoch<k> folders that the cleanup deletes once `published` is: all but the newest `keep` of those up to
+    `published`. A newer one is a save already dispatched (dcp makes its folder then), not yet durable."""
+    epoch = lambda p: int(Path(p).name[len("epoch"):])  # noqa: E731
+    upto = sorted({Path(p) for p in folders if epoch(p) <= epoch(published)} | {Path(published)}, key=epoch)
+    return upto[:-keep]
+
+
 def shard_reader(path):
     """safe_dcp_reader for `path`, which also keeps, per shard file, the digest of the tensors read from it."""
 
@@ -152,15 +160,15 @@ class AsyncSaver:
         self.faults.async_dispatched(epoch, path)
 
     def publish(self, path: Path):
-        """The pointer names `path` and the old checkpoints go (rank 0, as the loop's own steps)."""
+        """The pointer names `path` and the checkpoints older than the newest checkpoint.keep_last up to it go (rank
+        0, as the loop's own steps). A newer folder is a save a peer has already begun (dcp makes its folder at
+        dispatch): never counted, or it would push out the one just made durable."""
         loop = self.loop
         if dist.get_rank() == 0 and loop.use_pointer:
             loop.write_pointer(path)
-        if loop.keep and not self.one_folder:
-            kept = sorted(set(loop.checkpoints()) | {path}, key=lambda p: int(p.name[len("epoch"):]))
-            for old in kept[:-loop.keep]:
-                if dist.get_rank() == 0:
-                    loop.delete(old)
+        if loop.keep and not self.one_folder and dist.get_rank() == 0:
+            for old in outdated(loop.checkpoints(), path, loop.keep):
+                loop.delete(old)
 
     def wait(self):
         """Wait for the save in flight (its Future's result, as torch documents); record when it was durable; with
