@@ -4,7 +4,8 @@ Every rank writes events/rank<N>.jsonl and the launcher writes events/launcher.j
 Each line is flushed and fsynced as it is written, so a process that dies leaves
 every event it reached. A rank's file is opened for appending: a rank that torch elastic
 restarts (launch.max_restarts) adds to what its earlier attempts left, and every rank event
-carries `attempt`, the agent's restart count (TORCHELASTIC_RESTART_COUNT; 0 the first time).
+carries `attempt`: 0 the first time, and the same number on every rank of one restart (the ranks agree on it as
+they start, train/rank/worker.py agree_on_attempt; else the agent's own TORCHELASTIC_RESTART_COUNT).
 """
 import json
 import os
@@ -18,9 +19,25 @@ def events_dir(run_dir) -> Path:
     return Path(run_dir) / "events"
 
 
+_agreed = None  # the attempt every rank of this restart agreed on (set_attempt), once they have
+
+
 def attempt() -> int:
-    """This process's attempt: how often torch elastic has restarted the worker group before it."""
+    """This process's attempt: how often torch elastic has restarted the worker group before it. The number the
+    ranks agreed on (set_attempt) once they have, else this node's agent's count (TORCHELASTIC_RESTART_COUNT),
+    which can fall behind another node's (train/rank/worker.py agree_on_attempt)."""
+    return _agreed if _agreed is not None else elastic_restart_count()
+
+
+def elastic_restart_count() -> int:
+    """This node's torch elastic agent's restart count, as it hands it to its ranks; 0 outside torch elastic."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+
+
+def set_attempt(n: int):
+    """From now on attempt() is n in this process (a rank sets it once, before its first event)."""
+    global _agreed
+    _agreed = n
 
 
 class EventLog:

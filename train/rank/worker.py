@@ -13,7 +13,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from train.events import EventLog, attempt
+from train.events import EventLog, attempt, elastic_restart_count, set_attempt
 from train.faults import Faults
 from train.frameworks import entry
 from train.toolkit import hang
@@ -23,10 +23,12 @@ from train.torch_private import default_store
 
 def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    timeout = timedelta(seconds=cfg["timeout"]["collective_s"])
+    agent = agree_on_attempt(rank, timeout)  # before the first event: each one carries the attempt
     events = EventLog(run_dir, rank)
     events.record("rank_start", pid=os.getpid(), host=socket.gethostname(), node=int(os.environ.get("GROUP_RANK", 0)),
                   launcher_node_rank=cfg["node_rank"], framework=cfg["framework"]["name"], node_disk=node_disk(cfg),
-                  device=plan["device"], backend=plan["backend"])
+                  device=plan["device"], backend=plan["backend"], elastic_restart_count=elastic_restart_count())
 
     if plan["device"] == "cuda":
         torch.cuda.set_device(local_rank)
@@ -35,9 +37,8 @@ def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
         os.environ.setdefault("OMP_NUM_THREADS", "1")  # ranks share the cores
         torch.set_num_threads(1)
         device = torch.device("cpu")
-    timeout = timedelta(seconds=cfg["timeout"]["collective_s"])
     dist.init_process_group(plan["backend"], timeout=timeout, device_id=device if device.type == "cuda" else None,
-                            **attempt_store(rank, cfg["world_size"], timeout))
+                            **attempt_store(rank, cfg["world_size"], agent))
 
     entry(cfg)(Rank(cfg, plan, run_dir, events, Faults(cfg, events, say), device))
 
@@ -47,15 +48,39 @@ def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
     return {"rank": rank, "pid": os.getpid()}
 
 
-def attempt_store(rank: int, world_size: int, timeout: timedelta) -> dict:
-    """After a restart (launch.max_restarts), the process group's store: the agent's, under a prefix of this
-    attempt's own. The agent's store outlives the attempts, and env:// reuses its keys as they are (torch 2.14:
-    "a new TCPStore for every retry", not so with the agent's): gloo would read the dead attempt's addresses
-    and fail to connect, and train/toolkit/hang.py would read the dead ranks' places. The first attempt: env://."""
-    restart = attempt()
-    if restart == 0:
-        return {}
+def agree_on_attempt(rank: int, timeout: timedelta):
+    """Sets this rank's attempt (train.events.attempt) to the number every rank of this restart holds; returns the
+    agent's store it counted on (None outside torch elastic's shared store: the agent's own count stands).
+
+    torch elastic (2.14) counts restarts per agent, one per node: an agent whose own workers failed takes one
+    from its remaining restarts and hands its workers TORCHELASTIC_RESTART_COUNT one higher; an agent whose
+    workers are healthy but sees another node waiting in the rendezvous restarts its workers too, but as a
+    membership change, which "do not count as retries" (SimpleElasticAgent._invoke_run: num_nodes_waiting > 0,
+    then _restart_workers with _remaining_restarts as it was). Whichever an agent sees first depends on timing:
+    node 0's rank killed, node 1's rank may fail on the broken collective (counted) or be restarted for the
+    waiting node (not counted), so the nodes' ranks of one restart can hold 1 and 0. Every restart, counted or
+    not, starts every rank again in a new rendezvous round, so each rank counts its own starts on the agent's
+    store, which outlives the attempts and is shared by every node: its start number minus one is the same on
+    every rank of a restart. The attempt is the max of that and the agent's own count: equal where the agent
+    counted every restart, the start count where it did not (the number the other node's ranks hold). Its limit:
+    a rank stopped before it counts itself (here, its first moments) would count one start fewer from then on."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True):
+        return None
     agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
+    starts = agent.add(f"race-lab/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/starts/rank{rank}", 1)
+    set_attempt(max(elastic_restart_count(), starts - 1))
+    return agent
+
+
+def attempt_store(rank: int, world_size: int, agent) -> dict:
+    """After a restart (launch.max_restarts), the process group's store: the agent's, under a prefix of this
+    attempt's own (the attempt every rank agreed on: agree_on_attempt). The agent's store outlives the attempts,
+    and env:// reuses its keys as they are (torch 2.14: "a new TCPStore for every retry", not so with the
+    agent's): gloo would read the dead attempt's addresses and fail to connect, and train/toolkit/hang.py would
+    read the dead ranks' places. The first attempt, or no agent's store: env://."""
+    restart = attempt()
+    if restart == 0 or agent is None:
+        return {}
     return {"store": dist.PrefixStore(f"race-lab/attempt{restart}", agent), "rank": rank, "world_size": world_size}
 
 
