@@ -129,12 +129,12 @@ def test_async_save_is_refused_in_one_line_where_the_framework_has_no_async_save
 
     from conftest import ROOT
 
-    done = subprocess.run([sys.executable, "-m", "train", "framework=lightning", "checkpoint.async_save=true",
+    done = subprocess.run([sys.executable, "-m", "train", "framework=fastai", "checkpoint.async_save=true",
                            "world_size=2"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     lines = (done.stdout + done.stderr).strip().splitlines()
-    assert lines == ["error: checkpoint.async_save=True: read only with framework=torch_loop; this run has "
-                     "framework=lightning, which ignores it"], lines
+    assert lines == ["error: checkpoint.async_save=True: read only with framework=torch_loop or framework=lightning; "
+                     "this run has framework=fastai, which ignores it"], lines
 
 
 def test_rename_into_place_leaves_one_whole_checkpoint_and_replaces_the_old(tmp_path):

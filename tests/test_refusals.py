@@ -109,7 +109,14 @@ def test_the_folder_probe_leaves_nothing_behind(tmp_path):
     ([RESUMES, "framework=torch_loop", "fault.kill_epoch=1", "fault.kill_at=before_shard"],
      "fault.kill_at=before_shard: only framework=deepspeed writes a shard on every rank; framework=torch_loop never "
      "gets there, so the planted crash would never happen (mid_write or after_save)"),
-], ids=["skew", "skew+mid_write", "read_delay", "kill_epoch", "kill_at"])
+    (["scenario=async_top_k", "framework=lightning", "fault.async_fault=in_flight"],
+     "fault.async_fault=in_flight: only framework=torch_loop has that point; framework=lightning never gets there, "
+     "so the planted fault would never happen"),
+    (["scenario=async_in_flight", "framework=torch_loop", "fault.async_fault=slow_write"],
+     "fault.async_fault=slow_write: only framework=lightning has that point; framework=torch_loop never gets there, "
+     "so the planted fault would never happen"),
+], ids=["skew", "skew+mid_write", "read_delay", "kill_epoch", "kill_at", "async_fault-lightning",
+        "async_fault-torch_loop"])
 def test_limits_that_contradict_each_other_are_refused(overrides, line, tmp_path):
     assert preflight_line(overrides, tmp_path / "run") == line
 

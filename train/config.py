@@ -62,8 +62,11 @@ class FaultConfig:
                                            "the training's process group (async_shared_group); overwrite: every save "
                                            "goes into one folder, over the last, and at fault.kill_epoch's save "
                                            "(first attempt) rank 1 is killed before writing its shard once rank 0 "
-                                           "has written its own (dcp_overwrite)",
-                                     choices=["in_flight", "shared_group", "overwrite"],
+                                           "has written its own (dcp_overwrite); slow_write (framework=lightning): "
+                                           "at fault.kill_epoch's save (first attempt) rank 0's write takes 4 s, "
+                                           "and with kill_at=after_save rank 0 is killed once that save has "
+                                           "returned (async_top_k)",
+                                     choices=["in_flight", "shared_group", "overwrite", "slow_write"],
                                      only={"checkpoint.async_save": [True]})
 
 
@@ -82,10 +85,11 @@ class CheckpointConfig:
     pointer: bool = key(False, "framework=torch_loop: find the newest checkpoint through a `latest` pointer file "
                                "(DeepSpeed's), not by listing the folder (pointer_first)",
                    only={"workload": ["resume"], "framework.name": ["torch_loop", "lightning"]})
-    async_save: bool = key(False, "framework=torch_loop: save in the background while training goes on (torch's "
-                                  "dcp.async_save, waited on through its Future); each save records when it was "
-                                  "dispatched and when it was durable (docs/async.md)",
-                           only={"framework.name": ["torch_loop"]})
+    async_save: bool = key(False, "save in the background while training goes on: framework=torch_loop with torch's "
+                                  "dcp.async_save, waited on through its Future; framework=lightning (workload=resume) "
+                                  "with Lightning's AsyncCheckpointIO; each save records when it was dispatched and "
+                                  "when it was durable (docs/async.md)",
+                           only={"framework.name": ["torch_loop", "lightning"], "workload": ["resume"]})
 
 
 @dataclass

@@ -17,6 +17,8 @@ The async save's (checkpoint.async_save; fault.async_fault at fault.kill_epoch's
   async_before_shard / async_after_shard   a rank's write of its shard, in the save's thread: in_flight stalls rank
                    0's there (the save stays in flight); overwrite kills rank 1 before its write once rank 0 wrote
   async_dispatched the loop's steps after dispatching a save are done: in_flight kills rank 0 here, save in flight
+  async_write      Lightning's wrapped CheckpointIO, in AsyncCheckpointIO's thread, before it writes: slow_write
+                   stalls there (a slow disk); the kill is kill_point's after_save, once the save has returned
 A kill is SIGKILL from the rank itself, on the first attempt only: no exception, no handler, no flush.
 """
 import errno
@@ -206,6 +208,13 @@ class Faults:
             self.say(f"Killed with SIGKILL while epoch {epoch}'s async save is in flight (fault.async_fault).")
             os.kill(os.getpid(), signal.SIGKILL)
 
+    def async_write(self, epoch: int):
+        """framework=lightning, in AsyncCheckpointIO's thread, before the wrapped CheckpointIO writes epoch's
+        checkpoint. slow_write: at fault.kill_epoch's save (first attempt) the write stalls SLOW_WRITE_S first, a slow
+        disk; rank 0 is killed once that save has returned (kill_at=after_save), its write still in flight."""
+        if self._async_at("slow_write", epoch) and self.rank == 0:
+            self._stall("slow_write", SLOW_WRITE_S, epoch=epoch)
+
     def _stall(self, name, seconds, **fields):
         self.events.record(f"{name}_start", seconds=seconds, **fields)
         time.sleep(seconds)
@@ -213,11 +222,14 @@ class Faults:
 
 
 IN_FLIGHT_S = 2.0  # fault.async_fault=in_flight: how far into the save's window rank 0 is killed
+SLOW_WRITE_S = 4.0  # fault.async_fault=slow_write: how long the write of fault.kill_epoch's checkpoint takes
 ASYNC_FAULTS = {
     "in_flight": "rank 0 is killed with SIGKILL while fault.kill_epoch's async save is still being written",
     "shared_group": "the async save's collectives run on the training's process group",
     "overwrite": "every save goes into one folder, over the last; at fault.kill_epoch's save rank 1 is killed before "
                  "writing its shard, once rank 0 has written its own",
+    "slow_write": f"at fault.kill_epoch's save rank 0's write takes {SLOW_WRITE_S:g} s (a slow disk), and rank 0 is "
+                  "killed with SIGKILL once that save has returned, on the first attempt",
 }
 
 
@@ -247,11 +259,14 @@ def describe(cfg: dict) -> str:
     if fault["delete_race"]:
         parts.append("two ranks delete the same old checkpoint, rank 0 first")
     if ckpt["async_save"]:
-        parts.append("checkpoints are saved in the background (dcp.async_save) while training goes on")
+        how = "Lightning's AsyncCheckpointIO" if cfg["framework"]["name"] == "lightning" else "dcp.async_save"
+        parts.append(f"checkpoints are saved in the background ({how}) while training goes on")
     parts += [ASYNC_FAULTS[fault["async_fault"]]] if fault["async_fault"] else []
     if ckpt["keep_last"]:
         parts.append(f"checkpoints rotate: the newest {ckpt['keep_last']} are kept")
-    if ckpt["pointer"]:
+    if ckpt["pointer"] and cfg["framework"]["name"] == "lightning":
+        parts.append("last.ckpt is a link to the newest checkpoint (save_last=\"link\")")
+    elif ckpt["pointer"]:
         parts.append("the newest checkpoint is found through a `latest` pointer file")
     if fault["read_delay_s"] > 0:
         parts.append(f"every rank but rank 0 pauses {fault['read_delay_s']:g} s before it loads")

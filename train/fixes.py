@@ -18,6 +18,8 @@ Async saves (checkpoint.async_save):
   group_of_its_own       a process group for the save's collectives alone (own_group)
   complete_when_durable  the pointer and the cleanup only after the save's Future and a barrier (on_durable)
   fresh_folder / rename_into_place   a save over a checkpoint goes to a fresh folder, renamed into place (fresh_rename)
+  remove_when_durable    a retention's removal only after every write submitted before it is durable (on_durable,
+                         Lightning's AsyncCheckpointIO with save_top_k)
 """
 import hashlib
 import json
@@ -317,3 +319,14 @@ def rename_into_place(incoming, path):
         os.fsync(folder)
     finally:
         os.close(folder)
+
+
+def remove_when_durable(events, wait_for_writes, remove):
+    """A retention's removal under async IO (the completion step of on_durable, where the removal runs on the saving
+    rank alone): `wait_for_writes()` returns once every write submitted before it is durable, and raises the error of
+    one that failed; only then `remove()`. The old checkpoint goes once the one that replaces it has landed, as a
+    synchronous save has it since Lightning#1150 (Lightning#14035: with AsyncCheckpointIO it went first). Raises
+    SyncFailed (recorded) when a write failed: the old checkpoint is kept."""
+    if not watched(events, "writes", wait_for_writes):
+        raise SyncFailed
+    remove()

@@ -122,6 +122,11 @@ def check_limits(cfg: dict) -> None:
         raise ConfigError(f"fault.kill_at=before_shard: only framework=deepspeed writes a shard on every rank; "
                           f"framework={framework} never gets there, so the planted crash would never happen "
                           "(mid_write or after_save)")
+    async_fault = cfg["fault"]["async_fault"] if cfg["checkpoint"]["async_save"] else None
+    theirs = "lightning" if async_fault == "slow_write" else "torch_loop"
+    if async_fault and framework != theirs:
+        raise ConfigError(f"fault.async_fault={async_fault}: only framework={theirs} has that point; "
+                          f"framework={framework} never gets there, so the planted fault would never happen")
 
 
 def check_folder_writable(key: str, folder: Path):

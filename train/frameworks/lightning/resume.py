@@ -34,6 +34,8 @@ Fixes (fix.name): as_shipped (Lightning unmodified), agreed (rank 0 finds the la
 rule and every rank resumes from that one: fit(ckpt_path=<rank 0's choice>), train/fixes.rank0_decides), rank0_leads
 (the file users copy, rank0_leads.py: rank 0 picks the newest whole last*.ckpt, reads it and sends it). The others
 are n/a (configs/framework/lightning.yaml says why: atomic, manifest and rank0_rotates are there as shipped).
+checkpoint.async_save: Lightning's AsyncCheckpointIO around the CheckpointIO (async_save.py: scenario=async_top_k, its
+fix on_durable).
 scenario=cleanup's delete_race needs two ranks deleting one file; Lightning deletes on rank 0 alone, so the fault
 has no second deleter to meet: it is not placed, and the cell measures Lightning's rotation as it is.
 
@@ -63,6 +65,7 @@ from train.toolkit.model import weights_digest
 from train.toolkit.resume import start_attempt
 from train.frameworks.lightning.seams import FaultyFileSystem, quiet, use_faulty_filesystem
 from train.frameworks.lightning.rank0_leads import Rank0LeadsCheckpointIO, rank0_last_checkpoint
+from train.frameworks.lightning.async_save import ASYNC_FIXES, async_io
 
 
 LAST = re.compile(r"^last(-v?\d+)?\.ckpt$")  # ModelCheckpoint's last checkpoint and its versions (last-v1.ckpt)
@@ -90,7 +93,12 @@ class ResumeCheckpointIO(TorchCheckpointIO):
         finally:
             FaultyFileSystem.write_fault = None
         self.events.record("save_end", epoch=epoch, step=step, path=str(path),
-                           digest=weights_digest(checkpoint["state_dict"]), bytes=os.path.getsize(path))
+                           digest=weights_digest(checkpoint["state_dict"]), bytes=os.path.getsize(path),
+                           **self.save_fields(path))
+
+    def save_fields(self, path) -> dict:
+        """More fields of a save_end: none; an async save's when it was dispatched and durable (async_save.py)."""
+        return {}
 
     def load_checkpoint(self, path, map_location=None, weights_only=None):
         """Every rank, from fit(ckpt_path=...): the resume's read, with weights_only=True (no foreign code runs).
@@ -181,7 +189,9 @@ class LightningResume:
     def __init__(self, rank: Rank):
         cfg = rank.cfg
         self.rank, self.cfg, self.events, self.faults = rank, cfg, rank.events, rank.faults
-        self.ckpt_path = BY_FIX[cfg["fix"]["name"]]  # ckpt_path(self): what fit is given, as the fix has it
+        fix = cfg["fix"]["name"]
+        # ckpt_path(self): what fit is given, as the fix has it; an async save's fix changes its CheckpointIO alone
+        self.ckpt_path = LightningResume.last_each_rank_finds if fix in ASYNC_FIXES else BY_FIX[fix]
         self.folder = checkpoint_dir(cfg)
         self.keep = cfg["checkpoint"]["keep_last"]  # 0: keep all
         self.use_pointer = cfg["checkpoint"]["pointer"]  # last.ckpt as a symlink (save_last="link")
@@ -208,7 +218,7 @@ class LightningResume:
         trainer = pl.Trainer(accelerator=self.rank.device.type, devices=cfg["world_size"] // cfg["nnodes"],
                              num_nodes=cfg["nnodes"], strategy=strategy,
                              callbacks=[saver, ResumeCallback(self.rank, self)],
-                             plugins=[IO_BY_FIX.get(cfg["fix"]["name"], ResumeCheckpointIO)(self.rank, self)],
+                             plugins=[self.checkpoint_io()],
                              enable_progress_bar=False,
                              enable_model_summary=False, logger=False, max_epochs=cfg["epochs"],
                              num_sanity_val_steps=0)
@@ -228,6 +238,12 @@ class LightningResume:
         self.events.record("train_end")
         # its parameters, which DDP keeps equal on every rank; BatchNorm's statistics are each rank's last batch's
         self.events.record("final", digest=weights_digest(dict(module.named_parameters())))
+
+    def checkpoint_io(self):
+        """The CheckpointIO plugin: the fix's (ResumeCheckpointIO as shipped); with checkpoint.async_save, Lightning's
+        AsyncCheckpointIO around it (async_save.py)."""
+        io = IO_BY_FIX.get(self.cfg["fix"]["name"], ResumeCheckpointIO)
+        return async_io(io, self.rank, self) if self.cfg["checkpoint"]["async_save"] else io(self.rank, self)
 
     def last_each_rank_finds(self):
         """As shipped: fit is given "last", and every rank finds it itself, through the listing seam."""
@@ -285,8 +301,9 @@ IO_BY_FIX = {"rank0_leads": type("ResumeRank0LeadsCheckpointIO", (ResumeCheckpoi
 
 def modified(path: str) -> float:
     """A checkpoint's modification time as Lightning's fs.modified has it: fsspec's info follows a symlink, so a
-    last.ckpt link (save_last="link") has the time of the file it names."""
-    return os.stat(path).st_mtime
+    last.ckpt link (save_last="link") has the time of the file it names; a link to no file (an async save's that
+    never landed) its own, and Lightning then passes it over (its fs.exists is False)."""
+    return os.stat(path).st_mtime if os.path.exists(path) else os.lstat(path).st_mtime
 
 
 def fit_and_resume(rank: Rank):

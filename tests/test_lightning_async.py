@@ -1,0 +1,76 @@
+"""Lightning's AsyncCheckpointIO with ModelCheckpoint(save_top_k=1) (issue 27, scenario=async_top_k, Lightning#14035):
+real gloo ranks (world_size=2), Lightning 2.6 as shipped, a real SIGKILL and torch elastic's own restart. At epoch 1's
+save rank 0's write takes 4 s (faults.SLOW_WRITE_S) and rank 0 is killed once that save has returned.
+
+- as shipped: Lightning removed epoch 0's complete checkpoint before epoch 1's was written; the kill leaves no
+  checkpoint, and the restart starts over: stale, 10 steps redone, never clean;
+- fix=on_durable (train/fixes.remove_when_durable): the removal waits for the write; the restart resumes from
+  epoch 1's checkpoint: clean;
+- the same kill with synchronous saves (checkpoint.async_save=false, the control): clean.
+Two sweeps side by side, shared by the assertions.
+"""
+import pytest
+
+from conftest import sweep_groups
+from train.events import read_events
+
+ENDS_WITHIN_S = 300  # three runs of about 25 s each on 2 idle cores, in two sweeps side by side
+
+GROUPS = {
+    "async": ["scenario=async_top_k", "fix=as_shipped,on_durable"],
+    "sync": ["scenario=async_top_k", "fix=as_shipped", "checkpoint.async_save=false"],
+}
+
+
+@pytest.fixture(scope="module")
+def groups(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("lightning_async")
+    return sweep_groups(root, GROUPS, "world_size=2", "framework=lightning", deadline_s=ENDS_WITHIN_S)
+
+
+def by_fix(launch) -> dict:
+    return {s["config"]["fix"]["name"]: (s, read_events(job)) for s, job in launch.jobs()}
+
+
+def first_attempt(events, name, **fields) -> list:
+    return [e for e in events if e["event"] == name and e["attempt"] == 0 and e["rank"] == 0
+            and all(e.get(k) == v for k, v in fields.items())]
+
+
+@pytest.mark.slow
+def test_as_shipped_the_old_best_goes_before_the_new_one_lands_and_the_restart_starts_over(groups):
+    summary, events = by_fix(groups["async"])["as_shipped"]
+    assert summary["verdict"] == "race", summary["explanation"]
+    assert [r["outcome"] for r in summary["ranks"]] == ["stale", "stale"], summary["explanation"]
+    assert "the newest complete checkpoint was step 10: 10 steps redone" in summary["explanation"]
+    saved = first_attempt(events, "save_end", epoch=0)  # epoch 0's checkpoint was complete
+    assert len(saved) == 1 and saved[0]["dispatched_t"] <= saved[0]["durable_t"]
+    dispatched = first_attempt(events, "save_dispatch", epoch=1)
+    removed = first_attempt(events, "rotate", path=saved[0]["path"])
+    crash = first_attempt(events, "crash")
+    assert dispatched and removed and crash and crash[0]["at"] == "after_save"
+    assert dispatched[0]["t"] < removed[0]["t"] < crash[0]["t"]  # removed while epoch 1's write was in flight
+    assert not first_attempt(events, "save_end", epoch=1)  # which never landed
+    restarted = [e for e in events if e["event"] == "resume" and e["attempt"] == 1]
+    assert len(restarted) == 2 and all(e["path"] is None and e["step"] == 0 for e in restarted)  # nothing to resume
+
+
+@pytest.mark.slow
+def test_on_durable_removes_the_old_best_once_the_new_one_landed_and_the_restart_resumes_from_it(groups):
+    summary, events = by_fix(groups["async"])["on_durable"]
+    assert summary["verdict"] == "clean", summary["explanation"]
+    landed = first_attempt(events, "save_end", epoch=1)
+    removed = first_attempt(events, "rotate", path=first_attempt(events, "save_end", epoch=0)[0]["path"])
+    assert landed and removed and landed[0]["durable_t"] <= removed[0]["t"]
+    assert landed[0]["durable_t"] - landed[0]["dispatched_t"] >= 4.0  # the slow write, waited for
+    assert {r[-1]["step"] for r in summary["resume"]["ranks"].values()} == {20}  # epoch 1's, the newest complete
+
+
+@pytest.mark.slow
+def test_the_same_kill_with_synchronous_saves_is_clean(groups):
+    summary, events = by_fix(groups["sync"])["as_shipped"]
+    assert summary["config"]["checkpoint"]["async_save"] is False
+    assert summary["verdict"] == "clean", summary["explanation"]
+    assert not [e for e in events if e["event"] in ("save_dispatch", "slow_write_start")]
+    assert {r[-1]["step"] for r in summary["resume"]["ranks"].values()} == {20}
+
