@@ -150,6 +150,18 @@ FINDINGS = [
                 (r"Restoring states from the checkpoint path at \S+", 2, 0)],
         drop=r"^job 2 rank \d+: finished"),  # job 2 ends in a collective timeout: whether a rank gets this far varies
     Finding(
+        "lightning_async_top_k", "lightning.md",
+        "AsyncCheckpointIO with save_top_k=1 removes the last complete checkpoint before its replacement is written",
+        ("pytorch-lightning", "torch"),
+        [Run(f"{R} lightning_async_top_k.py; python lightning_async_top_k.py left",
+             both(lambda ls: has(ls, "rank 0: removing epoch=0-step=2.ckpt | on disk now: ['epoch=0-step=2.ckpt']",
+                                 "rank 0: left on disk after the kill: []"), codes(0)),
+             gone=lambda ls, rcs: has(ls, "rank 0: left on disk after the kill: ['epoch=1-step=4.ckpt']")),
+         Run(f"{R} lightning_async_top_k.py sync; python lightning_async_top_k.py left",  # the control
+             both(lambda ls: has(ls, "rank 0: left on disk after the kill: ['epoch=1-step=4.ckpt']"), codes(0))),
+         Run(f"{R} lightning_async_top_k.py fixed; python lightning_async_top_k.py left",  # the fix proposed
+             both(lambda ls: has(ls, "rank 0: left on disk after the kill: ['epoch=1-step=4.ckpt']"), codes(0)))]),
+    Finding(
         "deepspeed_node_local", "deepspeed.md",
         "load_checkpoint on a node whose disk has no `latest` starts that rank fresh, exit 0",
         ("deepspeed", "torch"),
