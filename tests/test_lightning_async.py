@@ -7,7 +7,8 @@ save rank 0's write takes 4 s (faults.SLOW_WRITE_S) and rank 0 is killed once th
 - fix=on_durable (train/fixes.remove_when_durable): the removal waits for the write; the restart resumes from
   epoch 1's checkpoint: clean;
 - the same kill with synchronous saves (checkpoint.async_save=false, the control): clean.
-Two sweeps side by side, shared by the assertions.
+Two sweeps side by side, shared by the assertions. And a Ctrl-C while AsyncCheckpointIO holds a pending write leaves
+no rank, thread or process behind.
 """
 import pytest
 
@@ -74,3 +75,24 @@ def test_the_same_kill_with_synchronous_saves_is_clean(groups):
     assert not [e for e in events if e["event"] in ("save_dispatch", "slow_write_start")]
     assert {r[-1]["step"] for r in summary["resume"]["ranks"].values()} == {20}
 
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_asynccheckpointio_holds_a_pending_write_leaves_no_rank_thread_or_process(tmp_path):
+    """Epoch 1's write stalls 4 s in AsyncCheckpointIO's thread (slow_write; the planted kill moved to mid_write, past
+    the stall); a Ctrl-C 0.2 s into the stall finds it pending. Every rank stops at once, the write never ends, and no
+    process is left (the executor's thread does not hold the rank's exit)."""
+    from test_interrupt import assert_stopped_at_once, events_below, interrupt
+
+    run_dir = tmp_path / "run"
+
+    def pending(events):
+        return [e for e in events if e["rank"] == 0 and e["event"] == "slow_write_start"]
+
+    rc, took, sent, out = interrupt(run_dir, [f"hydra.run.dir={run_dir}", "world_size=2", "framework=lightning",
+                                              "scenario=async_top_k", "fault.kill_at=mid_write"], after=0.2,
+                                    when=pending)
+    events = events_below(run_dir)
+    assert not [e for e in events if e["event"] == "crash"], "rank 0 was killed before the signal came"
+    assert not [e for e in events if e["event"] == "save_end" and e["epoch"] == 1]  # never durable
+    assert_stopped_at_once(run_dir, rc, took, sent, out)
