@@ -200,3 +200,18 @@ def train_command(run_dir: Path, *overrides) -> list:
 def multirun_command(sweep_dir: Path, *overrides) -> list:
     """The argv of multirun's python -m train -m."""
     return [sys.executable, "-m", "train", "-m", f"hydra.sweep.dir={sweep_dir}", *overrides]
+
+
+# --- the order files start in: the longest first ------------------------------------------------------------
+# make test and make test-fast run each file whole on one of two xdist workers (--dist loadfile), handed out in
+# collection order; a long file handed out last runs alone at the end (test_matrix.py did, about 6 min, in .ci/run
+# on 2026-12-02). These start first, longest first as measured then (make test's, then make test-fast's); every
+# other file keeps its order after them.
+LONGEST_FIRST = ["test_matrix.py", "test_engine.py", "test_jobs.py", "test_cells.py", "test_race.py",
+                 "test_deepspeed.py", "test_resume.py", "test_own_class.py", "test_refusals.py", "test_check.py",
+                 "test_fix_support.py"]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))  # stable: a file's own order kept
