@@ -96,3 +96,44 @@ def test_ctrl_c_while_asynccheckpointio_holds_a_pending_write_leaves_no_rank_thr
     assert not [e for e in events if e["event"] == "crash"], "rank 0 was killed before the signal came"
     assert not [e for e in events if e["event"] == "save_end" and e["epoch"] == 1]  # never durable
     assert_stopped_at_once(run_dir, rc, took, sent, out)
+
+
+class Recorded:
+    def __init__(self):
+        self.events = []
+
+    def record(self, name, **fields):
+        self.events.append((name, fields.get("how")))
+
+
+def test_remove_when_durable_waits_for_the_writes_then_removes_and_keeps_the_old_one_when_a_write_failed(
+        tmp_path):
+    from train.fixes import SyncFailed, remove_when_durable
+
+    events, done = Recorded(), []
+    remove_when_durable(events, lambda: done.append("waited"), lambda: done.append("removed"))
+    assert done == ["waited", "removed"]
+    assert [name for name, _ in events.events] == ["sync_enter", "sync_exit"] and events.events[0][1] == "writes"
+
+    def failed():
+        raise OSError(28, "No space left on device")  # what teardown() raises for a write that failed
+
+    import torch.distributed as dist
+
+    events, done = Recorded(), []
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)  # say() names the rank
+    try:
+        with pytest.raises(SyncFailed):
+            remove_when_durable(events, failed, lambda: done.append("removed"))
+    finally:
+        dist.destroy_process_group()
+    assert done == [] and [name for name, _ in events.events] == ["sync_enter", "sync_error"]
+
+
+def test_race_lab_check_leaves_async_top_k_out_and_says_why():
+    from train.launch.check import plan_check
+
+    left = {s["name"]: s["why"] for s in plan_check(["framework=lightning"])["left_out"]}
+    assert "an async save's scenario (checkpoint.async_save)" in left["async_top_k"]
+    left = {s["name"]: s["why"] for s in plan_check(["framework=torch_loop"])["left_out"]}
+    assert left["async_top_k"].startswith("cannot happen in torch_loop: Lightning's ModelCheckpoint retention")
