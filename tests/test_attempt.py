@@ -23,6 +23,7 @@ import json, os, sys
 from datetime import timedelta
 import torch.distributed as dist
 from train.events import EventLog, attempt
+from train.process import end_with_parent
 from train.rank.worker import agree_on_attempt, attempt_store
 
 run_dir, timeout = sys.argv[1], timedelta(seconds=float(sys.argv[2]))
@@ -45,6 +46,7 @@ for counts in json.loads(sys.argv[3]):  # one attempt after the other, each rank
         if pid == 0:
             code = 1
             try:
+                end_with_parent()  # a test stopped at its timeout takes its ranks along
                 os.environ.update(RANK=str(rank), LOCAL_RANK="0", TORCHELASTIC_RESTART_COUNT=str(count))
                 line = json.dumps(rank_main(rank)) + "\n"
                 os.write(1, line.encode())
