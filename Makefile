@@ -104,7 +104,7 @@ test: install ## run the whole test suite, as CI does (real multi-rank gloo jobs
 test-fast: install ## the quick subset for your own loop: the unit tests, the refusals, the seed race (no slow or engine tests) [WORKERS=2]
 	$(PY) -m pytest -q $(workers) -m "not slow and not engine" tests
 
-fuzz: install ## the fuzzer's long profile (Hypothesis): many more configs, checkpoint files and records; minutes
+fuzz: install ## the fuzzer's long profile (Hypothesis), random: 1000 examples a property, 10 real launches; tens of minutes
 	RACE_LAB_FUZZ=long $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 
 # Mutation testing: setup.cfg's [mutmut] names the modules (those that need no ranks) and their unit tests. The

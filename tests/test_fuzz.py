@@ -28,11 +28,11 @@ from conftest import ROOT, processes_tagged, tagged_env
 
 settings.register_profile("short", max_examples=200, derandomize=True, deadline=None, database=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-settings.register_profile("long", max_examples=5000, deadline=None,
+settings.register_profile("long", max_examples=1000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.load_profile(os.environ.get("RACE_LAB_FUZZ", "short"))
 LONG = os.environ.get("RACE_LAB_FUZZ") == "long"
-LAUNCHES = 30 if LONG else 1  # generated real launches, besides the @examples (only under make fuzz)
+LAUNCHES = 10 if LONG else 1  # generated real launches, besides the @examples (only under make fuzz)
 
 
 # --- 1. the config --------------------------------------------------------------------------------------
@@ -412,7 +412,7 @@ def mutate(root: Path, mutations):
 
 
 @pytest.mark.slow  # its real sweep and two-node run, then ten whole reports: about 40 s on 2 busy cores
-@settings(max_examples=10 if os.environ.get("RACE_LAB_FUZZ") != "long" else 500)  # each writes a whole report
+@settings(max_examples=10 if os.environ.get("RACE_LAB_FUZZ") != "long" else 100)  # each writes a whole report
 @given(MUTATIONS)
 @example([("cut", 5, "")])  # a summary.json cut short raised JSONDecodeError (found 2026-12-01)
 @example([("garbage", 0, '{"event": 1}')])  # a JSON line that is no event raised KeyError
