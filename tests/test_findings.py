@@ -4,7 +4,7 @@ number cited in docs/ and configs/ is in docs/findings/README.md's checked list;
 torchrun, still show their symptom with the exit code the page gives, and print exactly what the page shows.
 
 Fast: the pages, the list and tools/findings.py's own logic (no ranks). Slow: the two quick repros (accelerate,
-about half a minute each), each run once for all its assertions. The other four (restarts, two-node launches;
+about half a minute each), each run once for all its assertions. The other seven (restarts, two-node launches;
 10 minutes and more together on a loaded 2-core machine, past what CI's budget allows) run under
 RACE_LAB_FINDINGS=all, and always in `make findings`, which exits 1 unless each shows its symptom and exit code.
 """
