@@ -5,6 +5,10 @@ fix it is for, one Hydra multirun per scenario, the three side by side:
 - async_in_flight: `latest` and the cleanup advance at dispatch; rank 0 is killed while epoch 1's save is in flight:
   the restart follows `latest` to a folder with no .metadata and runs out of restarts (not clean); on_durable: the
   pointer and cleanup wait for the Future and a barrier, and the restart resumes from epoch 0: clean.
+- async_exit_pending: the loop does not wait for its last save, rank 0's write of it takes 3 s, and the rank ends
+  (its process group destroyed, the save's with it): the save's next collective raises in its thread, nobody hears,
+  and the run finishes with its final checkpoint never committed (missing, not clean); on_durable waits for it at
+  the end (its completion step): clean, the last checkpoint whole.
 - async_shared_group: the save's collectives on the training's group: hung on every rank, named by the watcher well
   before timeout.collective_s; own_group: clean.
 - dcp_overwrite: a save over one folder, rank 1 killed before its shard: every rank's load returned, and the resume
@@ -19,10 +23,11 @@ import pytest
 from conftest import sweep_groups
 from test_interrupt import assert_stopped_at_once, events_below, interrupt
 
-ENDS_WITHIN_S = 400  # the three groups together; about two minutes on 2 idle cores
+ENDS_WITHIN_S = 460  # the four groups together; about two minutes on 2 idle cores
 
 GROUPS = {
     "in_flight": ["scenario=async_in_flight", "fix=in_place,on_durable"],
+    "exit_pending": ["scenario=async_exit_pending", "fix=in_place,on_durable"],
     "shared_group": ["scenario=async_shared_group", "fix=in_place,own_group"],
     "overwrite": ["scenario=dcp_overwrite", "fix=in_place,fresh_rename"],
 }
@@ -59,6 +64,30 @@ def test_the_pointer_advanced_before_durable_is_not_clean_and_on_durable_is(grou
     assert {r[-1]["step"] for r in fixed["resume"]["ranks"].values()} == {10}  # epoch 0's, the newest durable
     ends = [e for e in events_of(job) if e["event"] == "save_end"]
     assert ends and all(e["dispatched_t"] <= e["durable_t"] <= e["t"] for e in ends)  # the window, on record
+
+
+@pytest.mark.slow
+def test_a_run_that_ends_with_its_last_save_pending_loses_it_and_on_durable_waits_for_it(groups):
+    naive, job = by_fix(groups["exit_pending"])["in_place"]
+    assert naive["verdict"] == "race" and naive["resume"]["run"] == "finished", naive["explanation"]
+    assert [r["outcome"] for r in naive["ranks"]] == ["missing", "missing"], naive["explanation"]
+    assert "its final checkpoint is missing" in naive["explanation"]
+    events = events_of(job)
+    last = [e for e in events if e["event"] == "save_dispatch" and e["epoch"] == 2]
+    assert len(last) == 1 and last[0]["step"] == 30
+    assert not [e for e in events if e["event"] in ("save_commit", "save_end") and e["step"] == 30]
+    assert not (Path(last[0]["path"]) / ".metadata").exists()  # on disk: never committed
+    # its collective (the plan's, or the commit's after rank 0's slow write) on a group its rank had destroyed
+    # raised in the save's thread, awaited by no one
+    assert {e["step"] for e in events if e["event"] == "async_save_error"} == {30}
+    assert all(e["event"] != "train_error" for e in events)  # nothing said so in the loop: it exited 0
+    fixed, job = by_fix(groups["exit_pending"])["on_durable"]
+    assert fixed["verdict"] == "clean", fixed["explanation"]
+    events = events_of(job)
+    assert [e["step"] for e in events if e["event"] == "save_commit"] == [10, 20, 30]
+    end = next(e for e in events if e["event"] == "save_end" and e["step"] == 30)
+    assert end["durable_t"] - end["dispatched_t"] >= 2.5  # it waited through rank 0's slow write
+    assert (Path(end["path"]) / ".metadata").exists()
 
 
 @pytest.mark.slow
@@ -119,7 +148,7 @@ def test_race_lab_check_leaves_the_async_scenarios_out_and_says_why():
 
     plan = plan_check(["framework=torch_loop"])
     left = {s["name"]: s["why"] for s in plan["left_out"]}
-    for name in ("async_in_flight", "async_shared_group", "dcp_overwrite"):
+    for name in ("async_in_flight", "async_exit_pending", "async_shared_group", "dcp_overwrite"):
         assert "an async save's scenario (checkpoint.async_save)" in left[name]
 
 

@@ -65,8 +65,10 @@ class FaultConfig:
                                            "has written its own (dcp_overwrite); slow_write (framework=lightning): "
                                            "at fault.kill_epoch's save (first attempt) rank 0's write takes 4 s, "
                                            "and with kill_at=after_save rank 0 is killed once that save has "
-                                           "returned (async_top_k)",
-                                     choices=["in_flight", "shared_group", "overwrite", "slow_write"],
+                                           "returned (async_top_k); exit_pending: the loop does not wait for its last "
+                                           "save before the process ends, and at fault.kill_epoch's save (first "
+                                           "attempt) rank 0's write of its shard takes 3 s (async_exit_pending)",
+                                     choices=["in_flight", "shared_group", "overwrite", "slow_write", "exit_pending"],
                                      only={"checkpoint.async_save": [True]})
 
 

@@ -17,6 +17,7 @@ The async save's (checkpoint.async_save; fault.async_fault at fault.kill_epoch's
   async_before_shard / async_after_shard   a rank's write of its shard, in the save's thread: in_flight stalls rank
                    0's there (the save stays in flight); overwrite kills rank 1 before its write once rank 0 wrote
   async_dispatched the loop's steps after dispatching a save are done: in_flight kills rank 0 here, save in flight
+                   exit_pending stalls rank 0's write there (a slow disk): the loop ends with the save pending
   async_write      Lightning's wrapped CheckpointIO, in AsyncCheckpointIO's thread, before it writes: slow_write
                    stalls there (a slow disk); the kill is kill_point's after_save, once the save has returned
 A kill is SIGKILL from the rank itself, on the first attempt only: no exception, no handler, no flush.
@@ -178,7 +179,10 @@ class Faults:
 
     def async_before_shard(self, epoch: int, rank: int):
         """In the save's thread, before `rank` writes its shard. overwrite: rank 1 waits until rank 0 has written
-        its shard (the rendezvous store says so), then is killed with SIGKILL before writing its own."""
+        its shard (the rendezvous store says so), then is killed with SIGKILL before writing its own. exit_pending:
+        rank 0's write takes EXIT_PENDING_S (a slow disk), so the save is still pending when the loop ends."""
+        if self._async_at("exit_pending", epoch) and rank == 0:
+            self._stall("slow_write", EXIT_PENDING_S, epoch=epoch)
         if self._async_at("overwrite", epoch) and rank == 1:
             try:
                 default_store().wait([f"race-lab/async/wrote/{epoch}"], timedelta(seconds=30))
@@ -222,6 +226,7 @@ class Faults:
 
 
 IN_FLIGHT_S = 2.0  # fault.async_fault=in_flight: how far into the save's window rank 0 is killed
+EXIT_PENDING_S = 3.0  # fault.async_fault=exit_pending: how long rank 0's write of fault.kill_epoch's shard takes
 SLOW_WRITE_S = 4.0  # fault.async_fault=slow_write: how long the write of fault.kill_epoch's checkpoint takes
 ASYNC_FAULTS = {
     "in_flight": "rank 0 is killed with SIGKILL while fault.kill_epoch's async save is still being written",
@@ -230,6 +235,8 @@ ASYNC_FAULTS = {
                  "writing its shard, once rank 0 has written its own",
     "slow_write": f"at fault.kill_epoch's save rank 0's write takes {SLOW_WRITE_S:g} s (a slow disk), and rank 0 is "
                   "killed with SIGKILL once that save has returned, on the first attempt",
+    "exit_pending": "the loop does not wait for its last save before the process ends; at fault.kill_epoch's save "
+                    f"rank 0's write of its shard takes {EXIT_PENDING_S:g} s (a slow disk), on the first attempt",
 }
 
 

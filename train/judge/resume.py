@@ -72,9 +72,23 @@ def attempt_end(events, n: int, finished: bool) -> dict:
             "error_type": first.get("error_type")}
 
 
-def resume_rank(rank: int, events: list, last: int, status, resumes: list, mixed: str = "") -> RankOutcome:
+def uncommitted(events: list, n: int) -> str:
+    """Why attempt n's final checkpoint is missing, or "": a save it dispatched (save_dispatch with commits: the
+    saver records save_commit once its commit point, dcp's .metadata, is written) that never committed in it."""
+    committed = {e.get("step") for e in events if e["event"] == "save_commit" and _attempt(e) == n}
+    lost = [e for e in events if e["event"] == "save_dispatch" and e.get("commits") and _attempt(e) == n
+            and e.get("step") not in committed]
+    if not lost:
+        return ""
+    last = max(lost, key=lambda e: e.get("step", 0))
+    return (f"the run ended with the save of step {last['step']} ({file_name(last.get('path'))}) dispatched and never "
+            f"committed (no .metadata): its final checkpoint is missing")
+
+
+def resume_rank(rank: int, events: list, last: int, status, resumes: list, mixed: str = "",
+                lost: str = "") -> RankOutcome:
     """One rank of a resume run: how its last attempt ended, else how its resumes stood (mixed: why a resume of
-    it mixed steps, train/judge/shards.py)."""
+    it mixed steps, train/judge/shards.py; lost: why the run's final checkpoint is missing, uncommitted)."""
     mine = [e for e in events if e["rank"] == rank]
     now = [e for e in mine if _attempt(e) == last]
     final = last_event(now, "final")
@@ -109,6 +123,8 @@ def resume_rank(rank: int, events: list, last: int, status, resumes: list, mixed
     if final and status == "ok":
         if mixed:  # every load returned, and the state it trained on mixed steps
             return result("mixed", mixed)
+        if lost:  # it finished, and the last save it dispatched never landed: a resume would find it incomplete
+            return result("missing", lost)
         if worst and worst["torn"]:
             return result("corrupt", f"resumed from {worst['path']}, weights no complete save wrote")
         if worst and worst["steps_lost"] < 0:
@@ -136,7 +152,8 @@ def resume_judge(events: list, world_size: int) -> Verdict:
     resumes = {r: [resume_record(events, e) for e in ranked if e["rank"] == r and e["event"] == "resume"]
                for r in range(world_size)}
     mixed = mixed_resumes(events, world_size)
-    outcomes = [resume_rank(r, events, last, status, resumes[r], mixed.get(r, "")) for r in range(world_size)]
+    lost = uncommitted(ranked, last) if status == "ok" else ""
+    outcomes = [resume_rank(r, events, last, status, resumes[r], mixed.get(r, ""), lost) for r in range(world_size)]
     # the replicas: the weights each rank resumed from, attempt by attempt, then what each ends with
     split = []
     for n in attempts:

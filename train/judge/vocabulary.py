@@ -8,6 +8,8 @@ sync_error{how, error_type, message, timed_out}, train_error{what, error_type, m
 call that raised on this rank and that no other event records, e.g. Lightning's validate after its load),
 skip{reason}, load_attempt{bytes},
 load_done{digest}, load_error{error_type, message}, final{digest}, crash, interrupted{signal}, rank_end,
+save_dispatch{epoch, step, path, commits}, save_commit{epoch, step, path} (an async save's .metadata written, rank 0),
+async_save_error{epoch, step, error_type, message} (an async save's Future raised, awaited or not),
 hang{sync, n, waiting_for, peers: {rank: place}, certain_at} (train/toolkit/hang.py: its collective sync could never
 end, because of where its peers were; the rank ended at once).
 Launcher events (events/launcher.jsonl): launch_start, rank_failed{failed_rank, exitcode,
@@ -43,7 +45,8 @@ whether it finished, ran out of restarts (each attempt: the file it died on), or
            one started fresh beside peers that resumed), or a shard it read holds another step's write
            (train/judge/shards.py: shard_write{step, shard, digest}, shard_read{step, shard, digest, path})
   hung     its sync could never end (a hang event), in the last attempt
-  missing  a file it read or deleted was not there (a peer deleted it first)
+  missing  a file it read or deleted was not there (a peer deleted it first), or the run finished with its last
+           save dispatched and never committed (save_dispatch{commits}, no save_commit{step} in that attempt)
   crashed  it was killed where the scenario placed the kill, in the last attempt
 
 The verdict:

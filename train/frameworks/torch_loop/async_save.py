@@ -75,6 +75,13 @@ class ShardWriter(FileSystemWriter):
         self.saver.stage = "commit"  # its next step is the write's gather, .metadata, a broadcast
         return written
 
+    def finish(self, metadata, results):
+        """Rank 0 (dcp's coordinator) writes .metadata, the commit point: save_commit says it is on disk, whether
+        or not the loop ever waits for the Future (the judge reads it: a dispatched save never committed)."""
+        done = super().finish(metadata, results)
+        self.saver.events.record("save_commit", epoch=self.epoch, step=self.step, path=str(self.path))
+        return done
+
 
 def outdated(folders: list, published: Path, keep: int) -> list:
     """The epoch<k> folders that the cleanup deletes once `published` is: all but the newest `keep` of those up to
@@ -147,17 +154,26 @@ class AsyncSaver:
                 raise SyncFailed
         state = {"model": weights, "epoch": torch.tensor(epoch), "step": torch.tensor(step)}
         if dist.get_rank() == 0:
-            self.events.record("save_dispatch", epoch=epoch, step=step, path=str(path))
+            self.events.record("save_dispatch", epoch=epoch, step=step, path=str(path), commits=True)
         self.stage = "staging"
         future = dcp.async_save(state, checkpoint_id=str(target), storage_writer=ShardWriter(target, self, epoch, step),
                                 process_group=self.group)
         durable = {}
         future.add_done_callback(lambda f: durable.setdefault("t", time.time()))
+        future.add_done_callback(lambda f: self.failed(f, epoch, step))
         self.pending = {"future": future, "epoch": epoch, "step": step, "path": path, "target": target,
                         "digest": loop.digest_of(weights), "dispatched_t": time.time(), "durable": durable}
         if self.fix not in ("on_durable", "fresh_rename"):  # the naive loop: named and cleaned at once
             self.publish(path)
         self.faults.async_dispatched(epoch, path)
+
+    def failed(self, future, epoch: int, step: int):
+        """The Future's callback, in the save's thread: a save that raised is recorded (async_save_error) even when
+        the loop never asks for its result (a process that ends with it pending: its error goes with the Future)."""
+        e = future.exception()
+        if e is not None:
+            self.events.record("async_save_error", epoch=epoch, step=step, error_type=type(e).__name__,
+                               message=str(e).strip().splitlines()[0][:300] if str(e).strip() else "")
 
     def publish(self, path: Path):
         """The pointer names `path` and the checkpoints older than the newest checkpoint.keep_last up to it go (rank
@@ -194,6 +210,16 @@ class AsyncSaver:
             self.events.record("save_end", epoch=pending["epoch"], step=pending["step"], path=str(pending["path"]),
                                digest=pending["digest"], dispatched_t=pending["dispatched_t"],
                                durable_t=pending["durable"].get("t"))
+
+    def end(self):
+        """The end of the run: wait for the last save. fault.async_fault=exit_pending is the loop that does not (it
+        dispatches its last save and the process ends); on_durable's completion step (and fresh_rename's) still runs
+        here: fixes.complete_when_durable waits for the pending save before the process exits."""
+        if self.fault == "exit_pending" and self.fix not in ("on_durable", "fresh_rename"):
+            if self.pending is not None:
+                say("The run ends with its last async save still pending (fault.async_fault=exit_pending).")
+            return
+        self.wait()
 
     def tick(self):
         self.ticks += 1

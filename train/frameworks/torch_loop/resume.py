@@ -145,7 +145,7 @@ class ResumeLoop:
                 self.save(epoch)
                 self.rotate()
             if self.saver:
-                self.saver.wait()  # the last save, durable before the run ends
+                self.saver.end()  # the last save, durable before the run ends (async_save.py)
         except SyncFailed:
             raise RuntimeError("a sync failed (recorded)") from None
         except Exception as e:  # recorded, then the rank dies as a real loop would: torch elastic restarts it
