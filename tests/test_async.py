@@ -9,6 +9,9 @@ fix it is for, one Hydra multirun per scenario, the three side by side:
   (its process group destroyed, the save's with it): the save's next collective raises in its thread, nobody hears,
   and the run finishes with its final checkpoint never committed (missing, not clean); on_durable waits for it at
   the end (its completion step): clean, the last checkpoint whole.
+- async_overlap: the loop dispatches each save without waiting for the one before, and rank 0's write of epoch 0's
+  shard lasts until epoch 1's is dispatched: two saves' collectives on one group: hung on every rank (or gloo's
+  abort), named by the watcher well before timeout.collective_s; on_durable waits for each before the next: clean.
 - async_shared_group: the save's collectives on the training's group: hung on every rank, named by the watcher well
   before timeout.collective_s; own_group: clean.
 - dcp_overwrite: a save over one folder, rank 1 killed before its shard: every rank's load returned, and the resume
@@ -23,11 +26,12 @@ import pytest
 from conftest import sweep_groups
 from test_interrupt import assert_stopped_at_once, events_below, interrupt
 
-ENDS_WITHIN_S = 460  # the four groups together; about two minutes on 2 idle cores
+ENDS_WITHIN_S = 520  # the five groups together; about two minutes on 2 idle cores
 
 GROUPS = {
     "in_flight": ["scenario=async_in_flight", "fix=in_place,on_durable"],
     "exit_pending": ["scenario=async_exit_pending", "fix=in_place,on_durable"],
+    "overlap": ["scenario=async_overlap", "fix=in_place,on_durable"],
     "shared_group": ["scenario=async_shared_group", "fix=in_place,own_group"],
     "overwrite": ["scenario=dcp_overwrite", "fix=in_place,fresh_rename"],
 }
@@ -91,6 +95,34 @@ def test_a_run_that_ends_with_its_last_save_pending_loses_it_and_on_durable_wait
 
 
 @pytest.mark.slow
+def test_a_save_dispatched_before_the_previous_one_finished_is_never_clean_and_on_durable_is(groups):
+    """Two saves in flight, each in its own thread, their collectives on the save's one group: they pair by the
+    order each rank issued them (hung, named by the watcher; or gloo's own abort of a rank: aborted)."""
+    naive, job = by_fix(groups["overlap"])["in_place"]
+    assert naive["verdict"] == "race", naive["explanation"]
+    outcomes = {r["outcome"] for r in naive["ranks"]}
+    assert outcomes <= {"hung", "aborted"}, naive["explanation"]
+    events = events_of(job)
+    first = [e for e in events if e["event"] == "save_dispatch" and e["epoch"] in (0, 1)]
+    end = next(e for e in events if e["event"] == "slow_write_end")
+    assert end["next_dispatched"]  # epoch 1's save was dispatched while epoch 0's was in flight
+    assert len(first) == 2 and not [e for e in events if e["event"] == "save_end" and e["step"] == 10 and
+                                    e["t"] < max(d["t"] for d in first)]
+    hangs = [e for e in events if e["event"] == "hang"]
+    assert ("hung" in outcomes) == bool(hangs)
+    start = min(e["t"] for e in events if e["event"] == "loop_start")
+    assert all(e["t"] - start < naive["config"]["timeout"]["collective_s"] / 2 for e in hangs)  # named, not timed out
+    assert not [e for e in events if e.get("timed_out")]
+    fixed, job = by_fix(groups["overlap"])["on_durable"]
+    assert fixed["verdict"] == "clean", fixed["explanation"]
+    events = events_of(job)
+    ends = {e["step"]: e for e in events if e["event"] == "save_end"}
+    dispatches = {e["step"]: e for e in events if e["event"] == "save_dispatch"}
+    assert sorted(ends) == [10, 20, 30]
+    assert ends[10]["durable_t"] <= dispatches[20]["t"] and ends[20]["durable_t"] <= dispatches[30]["t"]  # one at a time
+
+
+@pytest.mark.slow
 def test_the_save_on_the_trainings_group_is_never_clean_a_hang_is_named_before_the_timeout_and_its_own_group_is_clean(
         groups):
     """The two threads' collectives pair by chance: most runs deadlock (both ranks hung, named by the watcher), some
@@ -148,7 +180,7 @@ def test_race_lab_check_leaves_the_async_scenarios_out_and_says_why():
 
     plan = plan_check(["framework=torch_loop"])
     left = {s["name"]: s["why"] for s in plan["left_out"]}
-    for name in ("async_in_flight", "async_exit_pending", "async_shared_group", "dcp_overwrite"):
+    for name in ("async_in_flight", "async_exit_pending", "async_overlap", "async_shared_group", "dcp_overwrite"):
         assert "an async save's scenario (checkpoint.async_save)" in left[name]
 
 

@@ -67,8 +67,12 @@ class FaultConfig:
                                            "and with kill_at=after_save rank 0 is killed once that save has "
                                            "returned (async_top_k); exit_pending: the loop does not wait for its last "
                                            "save before the process ends, and at fault.kill_epoch's save (first "
-                                           "attempt) rank 0's write of its shard takes 3 s (async_exit_pending)",
-                                     choices=["in_flight", "shared_group", "overwrite", "slow_write", "exit_pending"],
+                                           "attempt) rank 0's write of its shard takes 3 s (async_exit_pending); "
+                                           "overlap: the loop dispatches each save without waiting for the one "
+                                           "before, and at fault.kill_epoch's save (first attempt) rank 0's write of "
+                                           "its shard lasts until the next save is dispatched (async_overlap)",
+                                     choices=["in_flight", "shared_group", "overwrite", "slow_write", "exit_pending",
+                                              "overlap"],
                                      only={"checkpoint.async_save": [True]})
 
 

@@ -17,7 +17,8 @@ The async save's (checkpoint.async_save; fault.async_fault at fault.kill_epoch's
   async_before_shard / async_after_shard   a rank's write of its shard, in the save's thread: in_flight stalls rank
                    0's there (the save stays in flight); overwrite kills rank 1 before its write once rank 0 wrote
   async_dispatched the loop's steps after dispatching a save are done: in_flight kills rank 0 here, save in flight
-                   exit_pending stalls rank 0's write there (a slow disk): the loop ends with the save pending
+                   exit_pending stalls rank 0's write there (a slow disk): the loop ends with the save pending;
+                   overlap holds rank 0's write there until the loop has dispatched the next save
   async_write      Lightning's wrapped CheckpointIO, in AsyncCheckpointIO's thread, before it writes: slow_write
                    stalls there (a slow disk); the kill is kill_point's after_save, once the save has returned
 A kill is SIGKILL from the rank itself, on the first attempt only: no exception, no handler, no flush.
@@ -40,6 +41,7 @@ class Faults:
         self.skew, self.fault, self.epochs = cfg["skew"], cfg["fault"], cfg["epochs"]
         self.events, self.say = events, say
         self.in_flight = threading.Event()  # fault.async_fault=in_flight: rank 0's save thread holds its save
+        self.dispatched = -1  # the newest epoch whose async save the loop has dispatched (overlap)
 
     @property
     def rank(self) -> int:
@@ -180,9 +182,18 @@ class Faults:
     def async_before_shard(self, epoch: int, rank: int):
         """In the save's thread, before `rank` writes its shard. overwrite: rank 1 waits until rank 0 has written
         its shard (the rendezvous store says so), then is killed with SIGKILL before writing its own. exit_pending:
-        rank 0's write takes EXIT_PENDING_S (a slow disk), so the save is still pending when the loop ends."""
+        rank 0's write takes EXIT_PENDING_S (a slow disk), so the save is still pending when the loop ends. overlap:
+        rank 0's write lasts until the loop has dispatched the next save (up to EXIT_PENDING_S), then OVERLAP_S more,
+        so two saves are in flight at once."""
         if self._async_at("exit_pending", epoch) and rank == 0:
             self._stall("slow_write", EXIT_PENDING_S, epoch=epoch)
+        if self._async_at("overlap", epoch) and rank == 0:  # until the next save is dispatched, up to 3 s
+            self.events.record("slow_write_start", seconds=EXIT_PENDING_S, epoch=epoch)
+            deadline = time.monotonic() + EXIT_PENDING_S
+            while self.dispatched <= epoch and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(OVERLAP_S if self.dispatched > epoch else 0)  # the next save's thread is under way
+            self.events.record("slow_write_end", next_dispatched=self.dispatched > epoch)
         if self._async_at("overwrite", epoch) and rank == 1:
             try:
                 default_store().wait([f"race-lab/async/wrote/{epoch}"], timedelta(seconds=30))
@@ -205,6 +216,7 @@ class Faults:
         """In the loop, once it has dispatched a save and done what it does right after. in_flight: rank 0 is
         killed with SIGKILL here, IN_FLIGHT_S after its save thread wrote its shard and began to hold (async_after_shard):
         the save is in flight, written and not committed."""
+        self.dispatched = max(self.dispatched, epoch)
         if self._async_at("in_flight", epoch) and self.rank == 0:
             self.in_flight.wait(timeout=30)  # its shard is written and its save thread holds: surely in flight
             time.sleep(IN_FLIGHT_S)  # a crash some way into the window, not at its first instant
@@ -226,6 +238,7 @@ class Faults:
 
 
 IN_FLIGHT_S = 2.0  # fault.async_fault=in_flight: how far into the save's window rank 0 is killed
+OVERLAP_S = 0.5  # fault.async_fault=overlap: how long rank 0's slow write goes on once the next save is dispatched
 EXIT_PENDING_S = 3.0  # fault.async_fault=exit_pending: how long rank 0's write of fault.kill_epoch's shard takes
 SLOW_WRITE_S = 4.0  # fault.async_fault=slow_write: how long the write of fault.kill_epoch's checkpoint takes
 ASYNC_FAULTS = {
@@ -235,6 +248,9 @@ ASYNC_FAULTS = {
                  "writing its shard, once rank 0 has written its own",
     "slow_write": f"at fault.kill_epoch's save rank 0's write takes {SLOW_WRITE_S:g} s (a slow disk), and rank 0 is "
                   "killed with SIGKILL once that save has returned, on the first attempt",
+    "overlap": "the loop dispatches each async save without waiting for the one before; at fault.kill_epoch's save "
+               f"rank 0's write of its shard lasts until the next save is dispatched (up to {EXIT_PENDING_S:g} s, a "
+               "slow disk), on the first attempt",
     "exit_pending": "the loop does not wait for its last save before the process ends; at fault.kill_epoch's save "
                     f"rank 0's write of its shard takes {EXIT_PENDING_S:g} s (a slow disk), on the first attempt",
 }

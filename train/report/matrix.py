@@ -16,7 +16,7 @@ from train.report.files import save_png_atomic
 SCENARIO_ORDER = ["seed", "stale", "torn", "skip_if_missing", "disagree", "save_fails", "many_writers",
                   "no_shared_fs", "crash_mid_save", "pointer_first", "shard_lost", "node_local_resume", "cleanup",
                   "resume_disagree",
-                  "async_in_flight", "async_exit_pending", "async_shared_group", "dcp_overwrite", "async_top_k"]
+                  "async_in_flight", "async_exit_pending", "async_overlap", "async_shared_group", "dcp_overwrite", "async_top_k"]
 FIX_ORDER = ["as_shipped", "unsynced", "in_place", "barrier", "wait_for_everyone", "poll", "atomic", "agreed",
              "broadcast", "dcp", "save_on_each_node", "manifest", "rank0_rotates", "on_durable", "own_group",
              "fresh_rename"]

@@ -15,7 +15,12 @@ end of the run it waits for the last one. The fixes (fix.name), each one differe
 The faults (fault.async_fault, train/faults.py's async points) and the shard records train/judge/shards.py reads:
   save_dispatch{epoch, step, path}   save_end{..., dispatched_t, durable_t}: durable_t is when its Future resolved
   shard_write{step, shard, digest} (each rank, once its write returned)   shard_read{step, shard, digest, path}
-A shared group's hang is named by the watcher below, not at timeout.collective_s (docs/async.md says how).
+Two scenario switches, each one difference from the loop as shipped: exit_pending, the loop does not wait for its
+last save at the end (end); overlap, it does not wait for the previous save before the next (save). on_durable's
+completion step still waits in both: it is their fix. The saver also records save_commit (rank 0, .metadata written)
+and async_save_error (a Future that raised, awaited or not).
+A shared group's hang, and two saves' in flight at once (overlap), is named by the watcher below, not at
+timeout.collective_s (docs/async.md says how).
 """
 import hashlib
 import json
@@ -115,8 +120,14 @@ class AsyncSaver:
         self.one_folder = self.fault == "overwrite"
         self.pending, self.stage, self.ticks = None, None, 0  # the save in flight; its thread's stage; progress
         shared = self.fault == "shared_group" and self.fix != "own_group"
+        # fault.async_fault=overlap: the naive loop dispatches each save without waiting for the one before
+        self.overlap = self.fault == "overlap" and self.fix not in ("on_durable", "fresh_rename")
+        self.earlier = []  # with overlap: the saves dispatched before the pending one, not waited for
+        self.waiting = None  # the save whose Future the loop waits for now
         self.group = None if shared else group_of_its_own()  # None: the training's (default) group
-        self.watcher = threading.Thread(target=self.watch, name="async-save-watch", daemon=True) if shared else None
+        watched_saves = shared or self.overlap  # two threads' collectives on one group: a hang the watcher names
+        self.watcher = threading.Thread(target=self.watch, name="async-save-watch",
+                                        daemon=True) if watched_saves else None
         if self.watcher:
             self.watcher.start()
 
@@ -144,6 +155,9 @@ class AsyncSaver:
     def save(self, epoch: int, step: int, weights: dict):
         """Wait for the previous save (and complete it), dispatch this one; the naive loop names and cleans at once."""
         loop, path = self.loop, self.path_of(epoch)
+        if self.overlap and self.pending is not None:  # the naive loop: the previous save goes on in flight
+            self.earlier.append(self.pending)
+            self.pending = None
         self.wait()
         target = path
         if self.fix == "fresh_rename":
@@ -192,6 +206,7 @@ class AsyncSaver:
         pending, self.pending = self.pending, None
         if pending is None:
             return
+        self.waiting = pending  # still in flight for the watcher, until its Future resolved
         try:
             if self.fix in ("on_durable", "fresh_rename"):
                 def commit():
@@ -205,7 +220,7 @@ class AsyncSaver:
             self.events.record("train_error", epoch=pending["epoch"], error_type="CheckpointException",
                                message=str(e), timed_out=False)
             raise
-        self.stage = None
+        self.stage = self.waiting = None
         if dist.get_rank() == 0:
             self.events.record("save_end", epoch=pending["epoch"], step=pending["step"], path=str(pending["path"]),
                                digest=pending["digest"], dispatched_t=pending["dispatched_t"],
@@ -219,7 +234,9 @@ class AsyncSaver:
             if self.pending is not None:
                 say("The run ends with its last async save still pending (fault.async_fault=exit_pending).")
             return
-        self.wait()
+        saves, self.earlier = self.earlier + [self.pending], []  # overlap: those in flight before the last first
+        for self.pending in saves:
+            self.wait()
 
     def tick(self):
         self.ticks += 1
@@ -237,10 +254,11 @@ class AsyncSaver:
         last, since = None, time.monotonic()
         while True:
             time.sleep(POLL_S)
-            now = (self.ticks, self.stage, self.pending is not None)
+            flying = self.pending is not None or self.waiting is not None or bool(self.earlier)
+            now = (self.ticks, self.stage, flying)
             if now != last:
                 last, since = now, time.monotonic()
-            still = time.monotonic() - since if self.pending is not None and self.stage else 0.0
+            still = time.monotonic() - since if flying and self.stage else 0.0
             try:
                 store.set(f"race-lab/async/{me}", json.dumps({"still_s": still, "stage": self.stage, "t": time.time()}))
                 peers = {r: json.loads(store.get(f"race-lab/async/{r}")) for r in range(world)
@@ -248,13 +266,16 @@ class AsyncSaver:
             except (RuntimeError, dist.DistError):
                 return
             if still >= STALL_S and len(peers) == world - 1 and all(p["still_s"] >= STALL_S for p in peers.values()):
-                how = "had its async save's collectives and its training's waiting on the same group"
-                self.events.record("hang", sync="collectives on the training's process group", n=0,
+                how, sync = ("had two async saves' collectives in flight on the save's group", "two saves' "
+                             "collectives on one process group") if self.overlap else \
+                    ("had its async save's collectives and its training's waiting on the same group",
+                     "collectives on the training's process group")
+                self.events.record("hang", sync=sync, n=0,
                                    waiting_for=sorted(peers), peers={str(r): {"at": "paired", "how": how,
                                                                                "stage": p["stage"]}
                                                                      for r, p in sorted(peers.items())},
                                    certain_at=time.time())
-                say("The async save's collectives and training's wait on one process group and neither moves: "
+                say("Collectives of two threads wait on one process group and neither moves: "
                     "ending this rank now, not at timeout.collective_s.")
                 try:  # every rank records its hang before any leaves (a rank that leaves breaks its peers' waits)
                     if store.add("race-lab/async/hung", 1) == world:
