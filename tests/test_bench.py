@@ -36,3 +36,28 @@ def test_the_forkserver_preloads_only_the_frameworks_the_command_line_names(argv
 ])
 def test_the_forkserver_starts_early_only_when_the_command_line_allows(argv, wanted):
     assert forkserver_wanted(argv) is wanted
+
+
+def test_every_framework_of_the_bench_has_its_plain_script_and_a_goal():
+    from train.bench.cli import FRAMEWORKS, GOALS
+    from train.bench.measure import ROOT
+
+    assert "deepspeed" in FRAMEWORKS
+    for name in FRAMEWORKS:
+        assert (ROOT / "bench" / f"plain_{name}.py").is_file()
+        assert f"{name}_single_vs_plain_ratio" in GOALS
+
+
+def test_a_framework_whose_single_run_failed_gets_no_ratio(tmp_path, monkeypatch):
+    """A failed run is fast: its wall is no figure (the single run of framework=deepspeed on the default, n/a,
+    scenario ended in 6 s with no verdict and read as a ratio of 0.34, met)."""
+    import subprocess
+
+    from train.bench import measure
+
+    monkeypatch.setattr(measure, "single_run", lambda run_dir, skew, extra: {"wall_s": 5.0, "verdict": None,
+                                                                             "extra": extra})
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "", ""))
+    runs = measure.framework_runs(tmp_path, "deepspeed", 2)
+    assert runs["failed"] is True and runs["ratio"] is None
+    assert "scenario=crash_mid_save" in runs["single_runs"][0]["extra"]  # seed is n/a for DeepSpeed

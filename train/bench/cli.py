@@ -1,6 +1,7 @@
 """Benchmark: time to verdict, each figure beside its goal (issue 9), recorded to a file.
 
   python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier,hang,frameworks,nodes,matrix]
+                         [--frameworks lightning,transformers,accelerate,deepspeed]
   (make bench)
 
 - single: `python -m train` (unsynced, skew, 3 ranks; a cold process) and the plain script
@@ -16,8 +17,9 @@
 - hang: a sweep of scenario=disagree fix=barrier (2 ranks), --repeats jobs: rank 0 waits in a barrier that
   rank 1 went past. Per job, from its events, the moment the hang was certain (the hang event's certain_at:
   rank 0 in the barrier and rank 1 at the end, train/toolkit/hang.py) to the run's end (launch_end); the median.
-- frameworks: for Lightning, the Trainer and Accelerate, a cold `python -m train framework=<name>
-  fix=as_shipped` (2 ranks) against bench/plain_<name>.py under torchrun, alternately, --repeats times.
+- frameworks: for Lightning, the Trainer, Accelerate and DeepSpeed (--frameworks picks some), a cold
+  `python -m train framework=<name> fix=as_shipped` (2 ranks) against bench/plain_<name>.py under torchrun,
+  alternately, --repeats times.
 - nodes: a sweep (JOBS=1) alternating a one-node cell (scenario=seed) and the two-node cell (scenario=no_shared_fs:
   two torch elastic agents on this host, each node's disk its own tmpfs), fastai, fix=broadcast, 2 ranks, at
   one skew, --repeats + 1 of each: per job, launch_start to its summary.json; the median two-node job minus the
@@ -69,13 +71,13 @@ GOALS = {
     "two_node_above_one_node_s": (2.0, "<=", "s", "two-node cell (no_shared_fs, own disks) - one-node cell (seed), same "
                                                   "skew, warm jobs of one sweep, launch_start to summary (medians)"),
     "launcher_imports_fastai": (False, "==", "", "the launcher imports fastai"),
-    "launcher_imports_a_framework": (False, "==", "", "the launcher imports fastai, Lightning, transformers or "
-                                                      "Accelerate"),
+    "launcher_imports_a_framework": (False, "==", "", "the launcher imports fastai, Lightning, transformers, "
+                                                      "Accelerate or DeepSpeed"),
     **{f"{name}_single_vs_plain_ratio": (0.6, "<=", "x", f"framework={name}: cold single run / plain torchrun "
                                                           f"script bench/plain_{name}.py (median walls)")
-       for name in ("lightning", "transformers", "accelerate")},
+       for name in ("lightning", "transformers", "accelerate", "deepspeed")},
 }
-FRAMEWORKS = ("lightning", "transformers", "accelerate")  # each against its own plain script (--only frameworks)
+FRAMEWORKS = ("lightning", "transformers", "accelerate", "deepspeed")  # each against bench/plain_<name>.py
 INFO = {
     "single_wall_s": "cold single run wall (median)",
     "plain_wall_s": "plain torchrun script wall (median)",
@@ -102,8 +104,8 @@ def versions() -> dict:
         except metadata.PackageNotFoundError:
             return None
     return {"python": platform.python_version(),
-            **{p: version(p) for p in ("torch", "fastai", "pytorch-lightning", "transformers", "accelerate", "hydra-core",
-                                       "scikit-learn")}}
+            **{p: version(p) for p in ("torch", "fastai", "pytorch-lightning", "transformers", "accelerate",
+                                       "deepspeed", "hydra-core", "scikit-learn")}}
 
 
 def met(name, value):
@@ -128,6 +130,8 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=10, help="jobs in the sweep")
     parser.add_argument("--skew", type=float, default=3.0)
     parser.add_argument("--only", default="single,sweep,barrier,hang,frameworks,nodes,matrix", help="which parts to run")
+    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
+                        help="which frameworks --only frameworks runs against their plain scripts")
     parser.add_argument("--matrix-scenarios", default=MATRIX_SCENARIOS, help="the matrix subset's scenarios")
     parser.add_argument("--matrix-fixes", default=MATRIX_FIXES, help="the matrix subset's fixes")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the single runs")
@@ -193,7 +197,7 @@ def main(argv=None):
         print(f"  hang certain to the run's end: {ends} s", flush=True)
 
     if "frameworks" in parts:
-        for name in FRAMEWORKS:
+        for name in args.frameworks.split(","):
             record[f"{name}_runs"] = runs = framework_runs(out_dir, name, args.repeats)
             figures[f"{name}_single_vs_plain_ratio"] = runs["ratio"]
 

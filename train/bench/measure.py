@@ -15,7 +15,10 @@ from train.report.run_records import fix_name
 ROOT = Path(__file__).resolve().parents[2]
 PLAIN = ROOT / "bench" / "plain_torchrun.py"
 WORLD = 3
-FRAMEWORK_MODULES = ("fastai", "pytorch_lightning", "lightning", "transformers", "accelerate")
+# a framework's single run where the default scenario (seed, a load of the best at the end) is n/a: DeepSpeed's
+# resume, without its kill (each attempt's load_checkpoint, a save every epoch), the plain script's work
+FRAMEWORK_SCENARIO = {"deepspeed": ("scenario=crash_mid_save", "fault.kill_epoch=null")}
+FRAMEWORK_MODULES = ("fastai", "pytorch_lightning", "lightning", "transformers", "accelerate", "deepspeed")
 
 
 def default_jobs() -> int:
@@ -196,19 +199,23 @@ def launcher_imports_fastai() -> bool:
 
 
 def framework_runs(out_dir: Path, name: str, repeats: int) -> dict:
-    """A cold `python -m train framework=<name> fix=as_shipped` (2 ranks, no skew) against the plain
-    script of the same framework doing the same work under torchrun, alternately; their median walls."""
+    """A cold `python -m train framework=<name> fix=as_shipped` (2 ranks, no skew; FRAMEWORK_SCENARIO's keys where
+    the default scenario is n/a) against the plain script of the same framework doing the same work under torchrun,
+    alternately; their median walls. No ratio when a run failed (a single run without a verdict, a plain script
+    that exited non-zero): a failed run is fast, not a figure."""
     singles, plains = [], []
     for i in range(repeats):
         singles.append(single_run(out_dir / f"{name}-single{i}", 0.0, [f"framework={name}", "fix=as_shipped",
-                                                                         "world_size=2"]))
+                                                                         "world_size=2",
+                                                                         *FRAMEWORK_SCENARIO.get(name, ())]))
         start = time.perf_counter()
         plain = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                                 str(ROOT / "bench" / f"plain_{name}.py"), "--out", str(out_dir / f"{name}-plain{i}")],
                                cwd=ROOT, capture_output=True, text=True)
         plains.append({"exit_code": plain.returncode, "wall_s": round(time.perf_counter() - start, 3)})
         print(f"  {name}: single {singles[-1]['wall_s']:6.2f} s ({singles[-1]['verdict']})   "
-              f"plain torchrun {plains[-1]['wall_s']:6.2f} s", flush=True)
+              f"plain torchrun {plains[-1]['wall_s']:6.2f} s (exit {plains[-1]['exit_code']})", flush=True)
     single, plain = median(r["wall_s"] for r in singles), median(r["wall_s"] for r in plains)
+    failed = any(r["verdict"] is None for r in singles) or any(r["exit_code"] != 0 for r in plains)
     return {"single_runs": singles, "plain_runs": plains, "single_wall_s": single, "plain_wall_s": plain,
-            "ratio": round(single / plain, 3) if single and plain else None}
+            "failed": failed, "ratio": round(single / plain, 3) if single and plain and not failed else None}
