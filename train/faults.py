@@ -238,7 +238,7 @@ class Faults:
 
 
 IN_FLIGHT_S = 2.0  # fault.async_fault=in_flight: how far into the save's window rank 0 is killed
-OVERLAP_S = 0.5  # fault.async_fault=overlap: how long rank 0's slow write goes on once the next save is dispatched
+OVERLAP_S = 1.5  # fault.async_fault=overlap: how long rank 0's slow write goes on once the next save is dispatched
 EXIT_PENDING_S = 3.0  # fault.async_fault=exit_pending: how long rank 0's write of fault.kill_epoch's shard takes
 SLOW_WRITE_S = 4.0  # fault.async_fault=slow_write: how long the write of fault.kill_epoch's checkpoint takes
 ASYNC_FAULTS = {
