@@ -119,7 +119,8 @@ def test_a_save_dispatched_before_the_previous_one_finished_is_never_clean_and_o
     ends = {e["step"]: e for e in events if e["event"] == "save_end"}
     dispatches = {e["step"]: e for e in events if e["event"] == "save_dispatch"}
     assert sorted(ends) == [10, 20, 30]
-    assert ends[10]["durable_t"] <= dispatches[20]["t"] and ends[20]["durable_t"] <= dispatches[30]["t"]  # one at a time
+    # one at a time: each durable before the next was dispatched
+    assert ends[10]["durable_t"] <= dispatches[20]["t"] and ends[20]["durable_t"] <= dispatches[30]["t"]
 
 
 @pytest.mark.slow
