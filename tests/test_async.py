@@ -223,20 +223,3 @@ def test_the_cleanup_after_a_durable_save_never_counts_a_save_a_peer_has_begun(t
     assert outdated(folders, tmp_path / "epoch2", keep=1) == folders[:2]  # epoch3 is in flight: not counted
     assert outdated(folders[:1], tmp_path / "epoch0", keep=1) == []
     assert outdated(folders[:3], tmp_path / "epoch2", keep=2) == folders[:1]
-
-
-def test_a_finished_attempt_whose_dispatched_save_never_committed_names_its_final_checkpoint_missing():
-    """The judge's rule behind async_exit_pending, over records alone: a save_dispatch with commits and no
-    save_commit of its step in the same attempt; a saver that records no commits (Lightning's) is not judged so."""
-    from train.judge.resume import uncommitted
-
-    def ev(name, step, attempt=0, **fields):
-        return {"event": name, "step": step, "attempt": attempt, "rank": 0, "t": 0.0, **fields}
-
-    events = [ev("save_dispatch", 10, commits=True, path="/x/epoch0"), ev("save_commit", 10),
-              ev("save_dispatch", 20, commits=True, path="/x/epoch1")]
-    assert "the save of step 20 (epoch1) dispatched and never committed" in uncommitted(events, 0)
-    assert uncommitted(events + [ev("save_commit", 20)], 0) == ""
-    assert uncommitted(events, 1) == ""  # another attempt's saves
-    assert uncommitted(events + [ev("save_commit", 20, attempt=1)], 0) != ""  # a later attempt's commit is not it
-    assert uncommitted([ev("save_dispatch", 10, path="/x/epoch=0.ckpt")], 0) == ""  # no commits: not judged so

@@ -792,6 +792,43 @@ def test_resume_from_the_previous_complete_epoch_is_clean():
     assert all(r[-1]["steps_lost"] == 0 for r in v["resume"]["ranks"].values())
 
 
+def test_a_finished_run_whose_last_dispatched_save_never_committed_is_missing_on_every_rank():
+    """async_exit_pending, judged whole: one attempt, every rank finished, the last save dispatched and never
+    committed (no save_commit of its step): not clean, every rank missing, the explanation says which save."""
+    from train.judge.verdict import judge
+
+    events = []
+    for r in (0, 1):
+        events += [(1.0, r, "loop_start", {"attempt": 0}),
+                   (1.1, r, "resume", {"attempt": 0, "epoch": -1, "step": 0, "path": None, "digest": "init"}),
+                   (8.0, r, "final", {"attempt": 0, "digest": "end"})]
+    events += [(2.0, 0, "save_dispatch", {"attempt": 0, "epoch": 0, "step": 10, "path": "m/epoch0", "commits": True}),
+               (2.5, 0, "save_commit", {"attempt": 0, "step": 10}),
+               (4.0, 0, "save_dispatch", {"attempt": 0, "epoch": 1, "step": 20, "path": "m/epoch1", "commits": True})]
+    v = judge(_resume_run(*events), 2).as_dict()
+    assert v["verdict"] == "race" and {r["outcome"] for r in v["ranks"]} == {"missing"}, v["explanation"]
+    assert "the save of step 20 (epoch1) dispatched and never committed" in v["explanation"]
+    committed = events + [(6.0, 0, "save_commit", {"attempt": 0, "step": 20})]
+    assert judge(_resume_run(*committed), 2).as_dict()["verdict"] == "clean"
+
+
+def test_a_finished_attempt_whose_dispatched_save_never_committed_names_its_final_checkpoint_missing():
+    """The judge's rule behind async_exit_pending, over records alone: a save_dispatch with commits and no
+    save_commit of its step in the same attempt; a saver that records no commits (Lightning's) is not judged so."""
+    from train.judge.resume import uncommitted
+
+    def ev(name, step, attempt=0, **fields):
+        return {"event": name, "step": step, "attempt": attempt, "rank": 0, "t": 0.0, **fields}
+
+    events = [ev("save_dispatch", 10, commits=True, path="/x/epoch0"), ev("save_commit", 10),
+              ev("save_dispatch", 20, commits=True, path="/x/epoch1")]
+    assert "the save of step 20 (epoch1) dispatched and never committed" in uncommitted(events, 0)
+    assert uncommitted(events + [ev("save_commit", 20)], 0) == ""
+    assert uncommitted(events, 1) == ""  # another attempt's saves
+    assert uncommitted(events + [ev("save_commit", 20, attempt=1)], 0) != ""  # a later attempt's commit is not it
+    assert uncommitted([ev("save_dispatch", 10, path="/x/epoch=0.ckpt")], 0) == ""  # no commits: not judged so
+
+
 def test_a_crash_loop_on_a_torn_file_is_never_clean_and_names_the_file():
     from train.judge.verdict import judge
 
