@@ -1058,6 +1058,9 @@ def test_a_crash_loop_is_certain_after_two_attempts_in_a_row_die_reading_the_sam
                     "sentence": "crash loop: every attempt dies reading epoch1.pt (corrupt)"}
     other_file = _torn_reads(_torn_reads(killed, [1]), [2], path="m/epoch0.pt")
     assert crash_loop(events_of(other_file)) is None  # two deaths, two places: no loop yet
+    # read late, once the agent has begun attempt 3 (seen under load): attempts 1 and 2 still prove it
+    begun = _torn_reads(killed, [1, 2]) + [(16.0, r, "loop_start", {"attempt": 3}) for r in (0, 1)]
+    assert crash_loop(events_of(begun))["attempts"] == [1, 2]
 
 
 @pytest.mark.parametrize("failure, place", [

@@ -33,16 +33,19 @@ def place(failure: dict) -> tuple:
 
 
 def crash_loop(events: list):
-    """The crash loop these events prove, or None: the two newest attempts that failed died in the same place, and
-    neither was a planted crash. Returns {attempts: [n-1, n], doing, file, kind, sentence}."""
+    """The crash loop these events prove, or None: the two newest attempts that failed, one right after the other,
+    died in the same place, and neither was a planted crash. Returns {attempts: [n-1, n], doing, file, kind,
+    sentence}. An attempt begun since, that has not failed (yet), is passed over: a launcher that reads these
+    late, once the agent has begun the next attempt, still sees the two that proved it."""
     attempts = sorted({_attempt(e) for e in events if isinstance(e["rank"], int)})
-    if len(attempts) < 2:
+    failed = {n: f for n in attempts if (f := first_failure(events, n))}
+    if len(failed) < 2:
         return None
-    newest, before = attempts[-1], attempts[-2]
+    before, newest = sorted(failed)[-2:]
     if newest != before + 1:
         return None
-    a, b = first_failure(events, before), first_failure(events, newest)
-    if a is None or b is None or "crash" in (a["event"], b["event"]) or place(a) != place(b):
+    a, b = failed[before], failed[newest]
+    if "crash" in (a["event"], b["event"]) or place(a) != place(b):
         return None
     doing, file, kind = place(b)
     where = f"{doing} {file_name(file)}" if file else doing
