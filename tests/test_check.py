@@ -145,3 +145,20 @@ def test_a_race_says_what_holds_it_in_its_framework_as_measured(tmp_path):
     assert advice({**raced, "holds_with": ["broadcast"]}).endswith(
         "what holds it in lightning, as measured (docs/measured/): fix=broadcast")
     assert holds_with_run({**raced, "verdict": "clean"}, tmp_path) == []
+
+
+def test_deepspeed_as_measured_on_shared_disks_atomic_holds_every_row_and_on_node_local_ones_no_fix_does():
+    """docs/measured/deepspeed-all-fixes-r1.csv: shard_lost holds with atomic and agreed, node_local_resume with
+    none (each rank's partition is on its own node's disk: no DeepSpeed fix here reads another node's)."""
+    measured = read_measured("deepspeed")
+    assert holds_with(measured, "shard_lost") == ["atomic", "agreed"]
+    assert holds_with(measured, "node_local_resume") == []
+    shared = ["crash_mid_save", "shard_lost", "cleanup"]  # check.disks=shared leaves node_local_resume out
+    assert recommended(measured, shared) == "atomic"
+    assert recommended(measured, [*shared, "node_local_resume"]) is None
+    plan = {"framework": "deepspeed", "fix": "as_shipped", "repeats": 1, "world_size": 2, "setup": {},
+            "left_out": [], "scenarios": [{"name": n, "workload": "resume", "cannot": None} for n in shared]}
+    checked = result(plan, {"crash_mid_save": [summary("clean")], "shard_lost": [summary("race", "missing")],
+                            "cleanup": [summary("clean")]}, measured)
+    assert last_line(checked) == ("unsafe: raced in 1 of 3 (shard_lost); the change that holds all 3: fix=atomic "
+                                  "(docs/frameworks.md)")

@@ -6,11 +6,21 @@ Pure functions over the runs' summaries, the check's plan (train/launch/check.py
 from collections import Counter
 
 from train.report import rates
-from train.report.measured import holds_with, recommended
+from train.report.measured import FIRST_CHOICE, holds_with, recommended
 
 HELD = ("clean", "save_failed")  # save_failed: every rank on the same weights, and each says the save failed
 NOT_COUNTED = rates.NOT_COUNTED
-FIX_DOCS = "docs/fixes/{framework}.md"
+FIX_DOCS = "docs/fixes/{framework}.md"  # the rank0_leads file of that framework, to copy (docs/fixes/)
+FRAMEWORK_DOCS = "docs/frameworks.md"  # each framework's section says what its other fixes do
+
+
+def fix_docs(framework: str, fix):
+    """Where the card sends the reader for `fix`: docs/fixes/<framework>.md for rank0_leads (the file to copy), else
+    docs/frameworks.md (DeepSpeed's atomic and agreed have no page of their own); None for no fix."""
+    if not fix:
+        return None
+    page = FIX_DOCS.format(framework=framework)
+    return page if fix == FIRST_CHOICE else FRAMEWORK_DOCS
 
 
 def _most_common(texts) -> str:
@@ -58,7 +68,7 @@ def result(plan: dict, summaries_by_scenario: dict, measured: dict) -> dict:
     return {"verdict": verdict, "framework": plan["framework"], "fix": plan["fix"], "class": plan.get("class"),
             "repeats": plan["repeats"], "world_size": plan["world_size"], "setup": plan["setup"],
             "scenarios": rows, "left_out": plan["left_out"], "recommended": best,
-            "fix_docs": FIX_DOCS.format(framework=plan["framework"]) if best else None, "errors": errors}
+            "fix_docs": fix_docs(plan["framework"], best), "errors": errors}
 
 
 def row_result(row: dict) -> str:
