@@ -25,6 +25,15 @@ def test_what_a_command_line_leaves_out_is_filled_in(given, added):
     assert with_defaults_filled(given) == given + added
 
 
+def test_a_filled_in_key_joins_the_overrides_before_an_option_and_hydra_takes_it():
+    given = ["framework=deepspeed", "--cfg", "job"]
+    assert with_defaults_filled(given) == ["framework=deepspeed", "fix=as_shipped", "--cfg", "job"]
+    done = subprocess.run([sys.executable, "-m", "train", *given], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]  # was: "unrecognized arguments: fix=as_shipped"
+    assert "name: as_shipped" in done.stdout and "name: deepspeed" in done.stdout
+
+
 def test_a_pair_that_makes_no_sense_names_a_command_that_runs():
     assert a_command_that_runs("seed", "lightning") == "race-lab scenario=seed framework=lightning fix=as_shipped"
     assert a_command_that_runs("crash_mid_save", "fastai") == \

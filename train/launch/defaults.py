@@ -55,7 +55,19 @@ def with_defaults_filled(argv: list) -> list:
         fix = (read_option("framework", framework).get("framework") or {}).get("as_shipped_fix")
         if fix:
             added.append(f"fix={fix}")
-    return list(argv) + added
+    return _beside_the_overrides(list(argv), added)
+
+
+def _beside_the_overrides(argv: list, added: list) -> list:
+    """argv with `added` right after its first run of key=value overrides: Hydra's parser takes the overrides as one
+    positional run, so keys appended after an option (`framework=deepspeed --cfg job`) were 'unrecognized'."""
+    def override(token):
+        return "=" in token and not token.startswith("-")
+    start = next((i for i, token in enumerate(argv) if override(token)), len(argv))
+    end = start
+    while end < len(argv) and override(argv[end]):
+        end += 1
+    return argv[:end] + added + argv[end:]
 
 
 def options(group: str) -> list:
