@@ -827,6 +827,8 @@ def test_a_finished_attempt_whose_dispatched_save_never_committed_names_its_fina
     assert uncommitted(events, 1) == ""  # another attempt's saves
     assert uncommitted(events + [ev("save_commit", 20, attempt=1)], 0) != ""  # a later attempt's commit is not it
     assert uncommitted([ev("save_dispatch", 10, path="/x/epoch=0.ckpt")], 0) == ""  # no commits: not judged so
+    overlapping = events + [ev("save_dispatch", 30, commits=True, path="/x/epoch2")]  # two in flight: the newest
+    assert "the save of step 30 (epoch2) dispatched" in uncommitted(overlapping, 0)
 
 
 def test_a_crash_loop_on_a_torn_file_is_never_clean_and_names_the_file():

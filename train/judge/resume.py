@@ -80,7 +80,7 @@ def uncommitted(events: list, n: int) -> str:
             and e.get("step") not in committed]
     if not lost:
         return ""
-    last = max(lost, key=lambda e: e.get("step", 0))
+    last = max(lost, key=lambda e: e["step"])  # every save_dispatch names its step
     return (f"the run ended with the save of step {last['step']} ({file_name(last.get('path'))}) dispatched and never "
             f"committed (no .metadata): its final checkpoint is missing")
 
