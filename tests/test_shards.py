@@ -1,7 +1,7 @@
 """Judging sharded state (train/judge/shards.py), from hand-made events: a resume whose ranks read different steps,
 or a shard holding another step's write, or a rank that started fresh beside peers that resumed, is `mixed` and
 never clean, though every load returned; the explanation names the rank. No ranks run here."""
-from train.judge.shards import mixed_resumes, written
+from train.judge.shards import mixed_resumes, never_written, written
 from train.judge.verdict import judge
 
 
@@ -184,3 +184,40 @@ def test_a_rank_that_died_before_its_resume_is_not_weighed_and_its_peers_still_a
                                                "step 10"}
     fresh = events + resumed(5.0, 1, 1, None, {})  # no peer said it resumed: a fresh start beside none
     assert mixed_resumes(run(*fresh), 2) == {}
+
+
+def older_runs_tag():
+    """A tag an older run left (DeepSpeed's `latest`): both ranks of attempt 0 resume from global_step10, whose
+    shards no save of this run wrote, before this run's own saves of steps 20 and 30."""
+    events = []
+    for r in (0, 1):
+        events += [e for e in resumed(0.5, r, 0, 10, {0: "old0", 1: "old1"}, path="m/global_step10") if e[3] != "final"]
+    return events + [*saved(2.0, 20, {0: "a20", 1: "b20"}), *saved(3.0, 30, STEP30),
+                     (4.0, 0, 0, "final", {"digest": "end"}), (4.0, 1, 0, "final", {"digest": "end"})]
+
+
+def test_a_resume_from_a_checkpoint_this_run_never_wrote_is_stale_and_names_it():
+    v = judge(run(*older_runs_tag()), 2).as_dict()
+    assert v["verdict"] == "race", v["explanation"]
+    assert [r["outcome"] for r in v["ranks"]] == ["stale", "stale"]
+    assert ("rank 0 stale (attempt 0: it resumed from global_step10 (step 10), a checkpoint this run never wrote: no "
+            "save of this run reached step 10 and none of the 2 shards it read holds a write of this run (a tag an "
+            "older run left))") in v["explanation"]
+    assert sorted(v["resume"]["never_written"]) == ["0", "1"]
+    assert mixed_resumes(run(*older_runs_tag()), 2) == {}  # both read the same step: no mix
+
+
+def test_a_resume_from_this_runs_own_save_or_a_fresh_start_was_written():
+    own = [*saved(1.0, 10, STEP10)] + resumed(5.0, 0, 1, 10, STEP10) + resumed(5.0, 1, 1, 10, STEP10)
+    assert never_written(run(*own)) == {}
+    fresh = resumed(0.5, 0, 0, None, {}) + resumed(0.5, 1, 0, None, {})
+    assert never_written(run(*fresh)) == {}
+
+
+def test_a_step_this_run_saved_or_a_shard_it_wrote_is_not_another_runs():
+    """Step 10 reached by this run (its save began) though the shards read back differ: mixed, not never written;
+    and a shard of this run read back under a step no save named: not never written either."""
+    reached = [*saved(1.0, 10, {0: "a10"}, commit=False)] + resumed(5.0, 0, 1, 10, {0: "x", 1: "y"})
+    assert never_written(run(*reached)) == {}
+    ours = [*saved(1.0, 10, STEP10)] + resumed(5.0, 0, 1, 40, {0: "a10", 1: "zz"})
+    assert never_written(run(*ours)) == {}

@@ -4,7 +4,7 @@ import re
 from train.judge.crash_loop import crash_loop
 from train.judge.explain import replicas
 from train.judge.load_best import hang_detail, rank_timings
-from train.judge.shards import mixed_resumes
+from train.judge.shards import mixed_resumes, never_written
 from train.judge.vocabulary import (
     RankOutcome,
     Verdict,
@@ -86,9 +86,10 @@ def uncommitted(events: list, n: int) -> str:
 
 
 def resume_rank(rank: int, events: list, last: int, status, resumes: list, mixed: str = "",
-                lost: str = "") -> RankOutcome:
+                lost: str = "", foreign: str = "") -> RankOutcome:
     """One rank of a resume run: how its last attempt ended, else how its resumes stood (mixed: why a resume of
-    it mixed steps, train/judge/shards.py; lost: why the run's final checkpoint is missing, uncommitted)."""
+    it mixed steps, train/judge/shards.py; lost: why the run's final checkpoint is missing, uncommitted; foreign:
+    why a resume of it read a checkpoint this run never wrote, shards.never_written)."""
     mine = [e for e in events if e["rank"] == rank]
     now = [e for e in mine if _attempt(e) == last]
     final = last_event(now, "final")
@@ -123,6 +124,8 @@ def resume_rank(rank: int, events: list, last: int, status, resumes: list, mixed
     if final and status == "ok":
         if mixed:  # every load returned, and the state it trained on mixed steps
             return result("mixed", mixed)
+        if foreign:  # every load returned, from another run's checkpoint
+            return result("stale", foreign)
         if lost:  # it finished, and the last save it dispatched never landed: a resume would find it incomplete
             return result("missing", lost)
         if worst and worst["torn"]:
@@ -151,9 +154,10 @@ def resume_judge(events: list, world_size: int) -> Verdict:
     last = attempts[-1]
     resumes = {r: [resume_record(events, e) for e in ranked if e["rank"] == r and e["event"] == "resume"]
                for r in range(world_size)}
-    mixed = mixed_resumes(events, world_size)
+    mixed, foreign = mixed_resumes(events, world_size), never_written(ranked)
     lost = uncommitted(ranked, last) if status == "ok" else ""
-    outcomes = [resume_rank(r, events, last, status, resumes[r], mixed.get(r, ""), lost) for r in range(world_size)]
+    outcomes = [resume_rank(r, events, last, status, resumes[r], mixed.get(r, ""), lost, foreign.get(r, ""))
+                for r in range(world_size)]
     # the replicas: the weights each rank resumed from, attempt by attempt, then what each ends with
     split = []
     for n in attempts:
@@ -175,6 +179,8 @@ def resume_judge(events: list, world_size: int) -> Verdict:
             else crash_loop(events)
     if mixed:  # sharded state whose resume mixed steps (train/judge/shards.py)
         record["mixed"] = {str(r): why for r, why in sorted(mixed.items())}
+    if foreign:  # a checkpoint this run never wrote (train/judge/shards.py)
+        record["never_written"] = {str(r): why for r, why in sorted(foreign.items())}
     kinds = {o.outcome for o in outcomes}
     if status in ("interrupted", "harness_error") or "error" in kinds:
         verdict = "interrupted" if status == "interrupted" else "error"

@@ -18,6 +18,10 @@ A resume is `mixed` (a rank outcome; never clean) when, within one attempt whose
   - a shard it read has the digest some rank wrote for another step, and not the one written for its own.
 An attempt with no shard_read (whole-file checkpoints, each one step) is left to the resume verdict's own rules:
 ranks that read different files diverge there (train/judge/resume.py).
+
+A resume is from a checkpoint this run never wrote (`never_written`: a tag an older run left in the folder, as
+DeepSpeed's `latest`) when no save of this run (save_start, save_end, save_dispatch, save_commit, shard_write)
+names its step, and no shard it read holds any write of this run: the resume verdict calls it stale, never clean.
 """
 
 
@@ -79,6 +83,29 @@ def mixed_resumes(events, world_size: int) -> dict:
                              f"at step {_steps(f['written_at'])}")
             if parts:
                 why[rank] = f"attempt {n}: " + "; ".join(parts)
+    return why
+
+
+SAVE_EVENTS = ("save_start", "save_end", "save_dispatch", "save_commit", "shard_write")
+
+
+def never_written(events) -> dict:
+    """rank -> why a resume of it read a checkpoint this run never wrote (one sentence naming the checkpoint and its
+    step), for every rank that resumed with shard reads from a step none of this run's saves names and whose shards
+    match no write of this run; the last such attempt's reason."""
+    steps = {e.get("step") for e in events if e["event"] in SAVE_EVENTS}
+    digests = {e["digest"] for e in events if e["event"] == "shard_write"}
+    why = {}
+    for e in sorted((e for e in events if e["event"] == "resume" and isinstance(e["rank"], int) and e.get("path")),
+                    key=attempt_of):
+        n = attempt_of(e)
+        reads = [r for r in events if r["event"] == "shard_read" and r["rank"] == e["rank"] and attempt_of(r) == n]
+        if reads and e["step"] not in steps and not any(r["digest"] in digests for r in reads):
+            name = str(e["path"]).rstrip("/").rsplit("/", 1)[-1]
+            shards = f"none of the {len(reads)} shards it read holds a" if len(reads) > 1 else "the shard it read holds no"
+            why[e["rank"]] = (f"attempt {n}: it resumed from {name} (step {e['step']}), a checkpoint this run never "
+                              f"wrote: no save of this run reached step {e['step']} and {shards} write of this run "
+                              f"(a tag an older run left)")
     return why
 
 

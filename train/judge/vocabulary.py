@@ -39,7 +39,8 @@ train/judge/resume.py: each rank's resumes (resume{epoch, step, path, digest}) a
 save had ended before it (save_end{step, digest}), and the end of its last attempt; the run's `resume` record says
 whether it finished, ran out of restarts (each attempt: the file it died on), or ended on diverged replicas.
   loaded   it finished, and every resume was from the newest complete checkpoint (or a fresh start with none)
-  stale    it resumed from an older checkpoint than the newest complete one: steps redone
+  stale    it resumed from an older checkpoint than the newest complete one: steps redone; or from one this run
+           never wrote (a tag an older run left: train/judge/shards.py's never_written)
   corrupt  its resume read a torn file, or loaded weights no complete save wrote: steps skipped
   mixed    every load returned, but the state it resumed mixed steps: its ranks resumed from different steps (or
            one started fresh beside peers that resumed), or a shard it read holds another step's write
