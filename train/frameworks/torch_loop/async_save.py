@@ -12,6 +12,8 @@ end of the run it waits for the last one. The fixes (fix.name), each one differe
                 (fixes.group_of_its_own; KempnerForge#104, torchtitan PR#313)
   fresh_rename  a save over the checkpoint folder goes to a fresh folder, renamed into place once durable
                 (fixes.fresh_folder, rename_into_place; Orbax's design, VeOmni PR#1164's review)
+  durable       all three at once, the one fix that holds every async scenario (race-lab check check.saves=async):
+                a group of its own, the completion step, and a fresh folder where a save goes over one
 The faults (fault.async_fault, train/faults.py's async points) and the shard records train/judge/shards.py reads:
   save_dispatch{epoch, step, path}   save_end{..., dispatched_t, durable_t}: durable_t is when its Future resolved
   shard_write{step, shard, digest} (each rank, once its write returned)   shard_read{step, shard, digest, path}
@@ -41,7 +43,7 @@ from train.fixes import (CheckpointFailed, SyncFailed, complete_when_durable, fr
 from train.toolkit import hang
 from train.toolkit.rank import say
 
-ASYNC_FIX_NAMES = ("on_durable", "own_group", "fresh_rename")
+ASYNC_FIX_NAMES = ("on_durable", "own_group", "fresh_rename", "durable")
 ONE_FOLDER = "last"  # fault.async_fault=overwrite: every save goes here, over the last
 STALL_S = 3.0  # shared group: both threads of every rank without progress this long is named a hang
 POLL_S = 0.2
@@ -119,9 +121,12 @@ class AsyncSaver:
         self.fix, self.fault = cfg["fix"]["name"], cfg["fault"]["async_fault"]
         self.one_folder = self.fault == "overwrite"
         self.pending, self.stage, self.ticks = None, None, 0  # the save in flight; its thread's stage; progress
-        shared = self.fault == "shared_group" and self.fix != "own_group"
+        # what the fix changes: publish in a completion step; a group of its own; a fresh folder, renamed into place
+        self.on_durable = self.fix in ("on_durable", "fresh_rename", "durable")
+        self.fresh = self.fix == "fresh_rename" or (self.fix == "durable" and self.one_folder)
+        shared = self.fault == "shared_group" and self.fix not in ("own_group", "durable")
         # fault.async_fault=overlap: the naive loop dispatches each save without waiting for the one before
-        self.overlap = self.fault == "overlap" and self.fix not in ("on_durable", "fresh_rename")
+        self.overlap = self.fault == "overlap" and not self.on_durable
         self.earlier = []  # with overlap: the saves dispatched before the pending one, not waited for
         self.waiting = None  # the save whose Future the loop waits for now
         self.group = None if shared else group_of_its_own()  # None: the training's (default) group
@@ -160,7 +165,7 @@ class AsyncSaver:
             self.pending = None
         self.wait()
         target = path
-        if self.fix == "fresh_rename":
+        if self.fresh:
             target = fresh_folder(path)
             if dist.get_rank() == 0:
                 shutil.rmtree(target, ignore_errors=True)  # what a crashed attempt left there
@@ -177,7 +182,7 @@ class AsyncSaver:
         future.add_done_callback(lambda f: self.failed(f, epoch, step))
         self.pending = {"future": future, "epoch": epoch, "step": step, "path": path, "target": target,
                         "digest": loop.digest_of(weights), "dispatched_t": time.time(), "durable": durable}
-        if self.fix not in ("on_durable", "fresh_rename"):  # the naive loop: named and cleaned at once
+        if not self.on_durable:  # the naive loop: named and cleaned at once
             self.publish(path)
         self.faults.async_dispatched(epoch, path)
 
@@ -208,9 +213,9 @@ class AsyncSaver:
             return
         self.waiting = pending  # still in flight for the watcher, until its Future resolved
         try:
-            if self.fix in ("on_durable", "fresh_rename"):
+            if self.on_durable:
                 def commit():
-                    if self.fix == "fresh_rename":
+                    if self.fresh:
                         rename_into_place(pending["target"], pending["path"])
                     self.publish(pending["path"])
                 complete_when_durable(self.events, pending["future"], self.group, commit)
@@ -230,7 +235,7 @@ class AsyncSaver:
         """The end of the run: wait for the last save. fault.async_fault=exit_pending is the loop that does not (it
         dispatches its last save and the process ends); on_durable's completion step (and fresh_rename's) still runs
         here: fixes.complete_when_durable waits for the pending save before the process exits."""
-        if self.fault == "exit_pending" and self.fix not in ("on_durable", "fresh_rename"):
+        if self.fault == "exit_pending" and not self.on_durable:
             if self.pending is not None:
                 say("The run ends with its last async save still pending (fault.async_fault=exit_pending).")
             return
