@@ -99,8 +99,44 @@ def test_the_setup_leaves_out_the_scenarios_it_cannot_meet_and_an_na_cell_counts
     assert {s["name"] for s in plan["scenarios"]} >= {"seed", "save_fails", "no_shared_fs"}
 
 
+ASYNC = ["async_in_flight", "async_exit_pending", "async_overlap", "async_shared_group", "dcp_overwrite"]
+
+
+def test_async_saves_are_checked_on_their_own_with_check_saves_async():
+    """check.saves=async runs only the async saves' scenarios of the framework; sync (the default) leaves them out,
+    saying which command checks them."""
+    plan = plan_check(["framework=torch_loop", "check.saves=async"])
+    left = {s["name"]: s["why"] for s in plan["left_out"]}
+    assert [s["name"] for s in plan["scenarios"]] == ASYNC and plan["fix"] == "in_place"
+    assert "your saves are async (check.saves=async)" in left["crash_mid_save"]
+    assert [s["name"] for s in plan_check(["framework=lightning", "check.saves=async"])["scenarios"]] == ["async_top_k"]
+    assert all(s["cannot"] is None for s in plan_check(["framework=torch_loop", "check.saves=async",
+                                                        "fix=durable"])["scenarios"])
+    left = {s["name"]: s["why"] for s in plan_check(["framework=torch_loop"])["left_out"]}
+    assert "race-lab check framework=torch_loop check.saves=async checks async saves" in left["async_in_flight"]
+
+
+def test_the_measured_async_rows_name_one_fix_that_holds_them_all():
+    """docs/measured/: no single async fix of the torch loop holds all five rows; durable (all of them at once)
+    does. Lightning's async_top_k holds with on_durable. The card sends the reader to docs/async.md."""
+    measured = read_measured("torch_loop")
+    assert all(recommended(measured, [name]) for name in ASYNC)
+    assert recommended(measured, ASYNC) == "durable"
+    assert "durable" in holds_with(measured, "async_shared_group") and "on_durable" not in holds_with(
+        measured, "async_shared_group")
+    assert recommended(read_measured("lightning"), ["async_top_k"]) == "on_durable"
+    plan = {**PLAN, "framework": "torch_loop", "fix": "in_place", "setup": {"saves": "async"}, "left_out": [],
+            "scenarios": [{"name": n, "workload": "resume", "cannot": None} for n in ASYNC]}
+    checked = result(plan, {n: [summary("race", "mixed")] for n in ASYNC}, measured)
+    assert last_line(checked).endswith("the change that holds all 5: fix=durable (docs/async.md)")
+
+
 @pytest.mark.parametrize("argv, says", [
     (["framework=lightning", "fix=unsynced"], "this runs: race-lab check framework=lightning fix=as_shipped"),
+    (["framework=fastai", "check.saves=async"], "check.saves=async: framework=fastai has no async save here"),
+    (["framework=torch_loop", "checkpoint.async_save=true"], "say how your code saves with check.saves=sync or"),
+    (["framework=torch_loop", "fix=durable"], "this runs: race-lab check framework=torch_loop check.saves=async "
+                                              "fix=durable"),
     (["framework=fastai", "fix=own"], "fix=own: give the class to test"),
     (["framework=fastai", "world_size=3"], ("world_size=3: must be a multiple of nnodes=2 (the same ranks on each "
                                             "node) (in scenario=no_shared_fs, which the check runs)")),
@@ -135,6 +171,19 @@ def test_fastai_as_shipped_is_unsafe_and_the_card_names_the_fix(tmp_path):
     assert done.stdout.strip().splitlines()[-2].startswith("unsafe: raced in ")
     assert (out / "check.md").exists() and (out / "check.html").exists()
     assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_the_async_fix_that_holds_every_async_row_checks_safe(tmp_path):
+    """check.saves=async with fix=durable, real ranks (one run a scenario): every async row held, exit 0."""
+    out = tmp_path / "check"
+    done = subprocess.run([sys.executable, "-m", "train", "check", "framework=torch_loop", "check.saves=async",
+                           "fix=durable", "check.repeats=1", f"hydra.sweep.dir={out}"], check=False, cwd=ROOT,
+                          capture_output=True, text=True, timeout=900, env=tagged_env(str(out)))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    checked = json.loads((out / "check.json").read_text())
+    assert [(r["name"], r["verdict"], r["counted"]) for r in checked["scenarios"]] == [(n, "held", 1) for n in ASYNC]
+    assert checked["setup"]["saves"] == "async" and checked["recommended"] == "durable"
 
 
 def test_a_race_says_what_holds_it_in_its_framework_as_measured(tmp_path):

@@ -134,6 +134,9 @@ class CheckConfig:
                      choices=["any", "shared", "node_local"])
     restarts: bool = key(True, "race-lab check: whether your jobs restart after a crash and resume (false leaves "
                                "out the resume scenarios)")
+    saves: str = key("sync", "race-lab check: how your code saves; sync leaves out the async saves' scenarios, async "
+                             "checks only those (framework=torch_loop's dcp.async_save, lightning's AsyncCheckpointIO)",
+                     choices=["sync", "async"])
     jobs: int = key(0, "race-lab check: runs side by side; 0: one per core", min=0)
 
 

@@ -4,7 +4,7 @@ what do I change?
 1. Compose the config of every scenario with the user's keys (Hydra's compose API), as a run would; bad input is
    one line and exit 2 before any rank starts.
 2. Sort the scenarios: those that cannot happen in this framework or in the declared setup (check.disks,
-   check.restarts) are left out, and said why; those where the fix has no way to hold (an n/a cell) count against
+   check.restarts, check.saves) are left out, and said why; those where the fix has no way to hold (an n/a cell) count against
    it; the rest run.
 3. Run those as one Hydra multirun, check.repeats times each, jobs side by side (train/launch/sweep.py prints a
    line a job; every other line goes to check.log).
@@ -71,16 +71,24 @@ def _plan(argv: list) -> dict:
     first = compose_scenario(argv, scenarios[0])
     check(first)  # each key in its range; the rules across keys, scenario by scenario below
     fix, setup = first["fix"]["name"], first["check"]
+    if _given(argv, "checkpoint.async_save") is not None:
+        raise ConfigError("checkpoint.async_save: the check sets it scenario by scenario; say how your code saves "
+                          "with check.saves=sync or check.saves=async")
     framework_not_for = (read_option("framework", framework).get("not_for") or {})
-    if framework_not_for.get(fix):
+    # a fix n/a for the framework runs only in the scenarios that take it back (an async save's fixes, in its own)
+    taken_back = {s for s in scenarios if (read_option("scenario", s).get("not_for") or {}).get(fix) == ""}
+    if framework_not_for.get(fix) and not taken_back:
         shipped = first["framework"]["as_shipped_fix"]
         raise ConfigError(f"fix={fix}: n/a for framework={framework}: {framework_not_for[fix]}; "
                           f"this runs: race-lab check framework={framework} fix={shipped}")
+    if framework_not_for.get(fix) and setup["saves"] == "sync":
+        raise ConfigError(f"fix={fix}: a fix of an async save (check.saves=sync says yours are synchronous); this "
+                          f"runs: race-lab check framework={framework} check.saves=async fix={fix}")
     if fix == "own":
         check_own_class(first)
     plan = {"framework": framework, "fix": fix, "class": first["fix"].get("_target_") if fix == "own" else None,
             "repeats": setup["repeats"], "world_size": 2, "scenarios": [], "left_out": [],
-            "setup": {"disks": setup["disks"], "restarts": setup["restarts"]}}
+            "setup": {"disks": setup["disks"], "restarts": setup["restarts"], "saves": setup["saves"]}}
     for name in scenarios:
         cfg = compose_scenario(argv, name)
         workload, why_not_here = cfg["workload"], (read_option("scenario", name).get("not_for") or {}).get(framework)
@@ -91,9 +99,8 @@ def _plan(argv: list) -> dict:
                                                           "(check.disks=shared)"})
         elif not setup["restarts"] and workload == "resume":
             plan["left_out"].append({"name": name, "why": "your jobs do not restart (check.restarts=false)"})
-        elif cfg["checkpoint"]["async_save"]:  # its fixes are the async saver's; the sync scenarios' fix holds none
-            plan["left_out"].append({"name": name, "why": "an async save's scenario (checkpoint.async_save): the check "
-                                                          "runs your synchronous saves; docs/async.md measures these"})
+        elif cfg["checkpoint"]["async_save"] != (setup["saves"] == "async"):
+            plan["left_out"].append({"name": name, "why": _other_saves(name, setup["saves"], framework)})
         else:
             cannot = not_applicable(cfg)
             if not cannot:
@@ -104,9 +111,21 @@ def _plan(argv: list) -> dict:
                 except ConfigError as e:
                     raise ConfigError(f"{e} (in scenario={name}, which the check runs)") from None
             plan["scenarios"].append({"name": name, "workload": workload, "cannot": cannot})
+    if not plan["scenarios"] and setup["saves"] == "async":
+        raise ConfigError(f"check.saves=async: framework={framework} has no async save here; the async saves "
+                          "checked are framework=torch_loop's (dcp.async_save) and framework=lightning's "
+                          "(AsyncCheckpointIO)")
     if not plan["scenarios"]:
         raise ConfigError(f"framework={framework} fix={fix}: no scenario applies to this setup")
     return plan
+
+
+def _other_saves(name: str, saves: str, framework: str) -> str:
+    """Why a scenario of the other kind of save is left out, and the command that checks it."""
+    if saves == "async":
+        return "a synchronous save's scenario; your saves are async (check.saves=async)"
+    return (f"an async save's scenario; your saves are synchronous (check.saves=sync); "
+            f"race-lab check framework={framework} check.saves=async checks async saves")
 
 
 def sweep_command(argv: list, plan: dict, out: Path) -> list:

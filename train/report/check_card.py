@@ -12,13 +12,17 @@ HELD = ("clean", "save_failed")  # save_failed: every rank on the same weights, 
 NOT_COUNTED = rates.NOT_COUNTED
 FIX_DOCS = "docs/fixes/{framework}.md"  # the rank0_leads file of that framework, to copy (docs/fixes/)
 FRAMEWORK_DOCS = "docs/frameworks.md"  # each framework's section says what its other fixes do
+ASYNC_DOCS = "docs/async.md"  # the async saves' fixes (check.saves=async)
 
 
-def fix_docs(framework: str, fix):
-    """Where the card sends the reader for `fix`: docs/fixes/<framework>.md for rank0_leads (the file to copy), else
-    docs/frameworks.md (DeepSpeed's atomic and agreed have no page of their own); None for no fix."""
+def fix_docs(framework: str, fix, saves: str = "sync"):
+    """Where the card sends the reader for `fix`: docs/fixes/<framework>.md for rank0_leads (the file to copy),
+    docs/async.md for an async save's fix, else docs/frameworks.md (DeepSpeed's atomic and agreed have no page of
+    their own); None for no fix."""
     if not fix:
         return None
+    if saves == "async":
+        return ASYNC_DOCS
     page = FIX_DOCS.format(framework=framework)
     return page if fix == FIRST_CHOICE else FRAMEWORK_DOCS
 
@@ -68,7 +72,7 @@ def result(plan: dict, summaries_by_scenario: dict, measured: dict) -> dict:
     return {"verdict": verdict, "framework": plan["framework"], "fix": plan["fix"], "class": plan.get("class"),
             "repeats": plan["repeats"], "world_size": plan["world_size"], "setup": plan["setup"],
             "scenarios": rows, "left_out": plan["left_out"], "recommended": best,
-            "fix_docs": fix_docs(plan["framework"], best), "errors": errors}
+            "fix_docs": fix_docs(plan["framework"], best, plan["setup"].get("saves", "sync")), "errors": errors}
 
 
 def row_result(row: dict) -> str:
