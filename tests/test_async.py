@@ -176,14 +176,6 @@ def test_ctrl_c_while_an_async_save_is_pending_leaves_no_rank_thread_or_process(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["verdict"] == "interrupted"
 
-def test_race_lab_check_leaves_the_async_scenarios_out_and_says_why():
-    from train.launch.check import plan_check
-
-    plan = plan_check(["framework=torch_loop"])
-    left = {s["name"]: s["why"] for s in plan["left_out"]}
-    for name in ("async_in_flight", "async_exit_pending", "async_overlap", "async_shared_group", "dcp_overwrite"):
-        assert "an async save's scenario (checkpoint.async_save)" in left[name]
-
 
 def test_async_save_is_refused_in_one_line_where_the_framework_has_no_async_saver():
     import subprocess
