@@ -107,13 +107,21 @@ class Launch:
         self.ended()
         return [(json.loads(p.read_text()), p.parent) for p in sorted(self.dir.glob("*/summary.json"))]
 
+    def not_run(self) -> list:
+        """The jobs the sweep left out as n/a, each as its summary.json would have been (not_run.json)."""
+        from train.report.run_records import read_not_run
+
+        self.ended()
+        return read_not_run(self.dir)
+
     def summaries(self) -> dict:
-        """(scenario, fix) -> summary.json of each job."""
-        return {(s["config"]["scenario"], s["config"]["fix"]["name"]): s for s, _ in self.jobs()}
+        """(scenario, fix) -> summary.json of each job, and the record of each job left out as n/a."""
+        return {(s["config"]["scenario"], s["config"]["fix"]["name"]): s
+                for s in [s for s, _ in self.jobs()] + self.not_run()}
 
     def cell(self, fix: str) -> dict:
-        """The summary.json of the job with fix=fix (a sweep over fixes of one scenario)."""
-        found = [s for s, _ in self.jobs() if s["config"]["fix"]["name"] == fix]
+        """The summary.json of the job with fix=fix (a sweep over fixes of one scenario), or its n/a record."""
+        found = [s for s in [s for s, _ in self.jobs()] + self.not_run() if s["config"]["fix"]["name"] == fix]
         assert found, f"{self.name}: no job with fix={fix}:\n{self.out[-3000:]}"
         return found[0]
 

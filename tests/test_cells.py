@@ -169,8 +169,7 @@ def test_agreed_alone_says_the_save_failed_and_dcp_does_not_apply_there(runs):
     assert len({r["final_digest"] for r in s["ranks"]}) == 1
     na = cells[("save_fails", "dcp")]
     assert (na["status"], na["verdict"], na["ranks"]) == ("n/a", "n/a", [])
-    assert not (Path(runs["disagree"].dir) / next(p.name for p in runs["disagree"].dir.iterdir()
-                                                  if "save_fails-dcp" in p.name) / "events").exists()
+    assert not any("save_fails-dcp" in p.name for p in runs["disagree"].dir.iterdir())  # left out: never launched
 
 
 def test_without_a_shared_filesystem_node_1_never_reads_a_file_it_does_not_have(runs):

@@ -40,9 +40,11 @@ def matrix(tmp_path_factory):
 
 
 def summaries(sweep):
+    """(scenario, fix) -> each job's summary.json, and the record of each job left out as n/a (not_run.json)."""
+    from train.report.run_records import read_not_run
+
     out = {}
-    for path in sweep.glob("*/summary.json"):
-        s = json.loads(path.read_text())
+    for s in [json.loads(path.read_text()) for path in sweep.glob("*/summary.json")] + read_not_run(sweep):
         out[(s["config"]["scenario"], s["config"]["fix"]["name"])] = s
     return out
 
@@ -126,7 +128,77 @@ def test_matrix_cells_say_what_each_rank_ended_with(matrix):
                                    / "nodes").iterdir()) == ["node0", "node1"]
     assert runs[("no_shared_fs", "broadcast")]["replicas"] == "agree"
 
-    # n/a pairs are recorded with their reason, not run
+    # n/a pairs are recorded with their reason, and never launched: no job dir
     s = runs[("torn", "dcp")]
     assert s["status"] == "n/a" and "torch.distributed.checkpoint writes its own files" in s["explanation"]
-    assert not (sweep / next(p.name for p in sweep.iterdir() if "torn-dcp" in p.name) / "events").exists()
+    assert not any("torn-dcp" in p.name for p in sweep.iterdir())
+
+
+def test_a_sweep_composes_one_config_a_row_and_leaves_its_n_a_jobs_out():
+    """train/launch/cells.py: the jobs of a row differ only in fix=NAME and repeat=N; one composed config decides
+    them all, each fix's node read from its file."""
+    from hydra import compose, initialize_config_dir
+
+    from train.launch.cells import split_jobs
+
+    composed = []
+
+    def count(overrides):
+        composed.append(list(overrides))
+        return compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+    jobs = [[f"scenario={s}", f"fix={f}", f"repeat={r}"] for s in ("seed", "torn") for f in ("dcp", "barrier")
+            for r in range(3)]
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        run, left_out = split_jobs(jobs, count)
+    assert composed == [["scenario=seed", "fix=dcp", "repeat=0"], ["scenario=torn", "fix=dcp", "repeat=0"]]
+    assert run == [j for j in jobs if j[:2] != ["scenario=torn", "fix=dcp"]]
+    assert [s["overrides"] for s in left_out] == [["scenario=torn", "fix=dcp", f"repeat={r}"] for r in range(3)]
+    assert [s["config"]["repeat"] for s in left_out] == [0, 1, 2]
+    assert {s["explanation"] for s in left_out} == {"scenario=torn fix=dcp: n/a: torch.distributed.checkpoint writes "
+                                                    "its own files; the stall is placed in the torch.save path"}
+    assert (left_out[0]["status"], left_out[0]["verdict"], left_out[0]["ranks"]) == ("n/a", "n/a", [])
+
+
+def test_what_a_row_decides_is_what_each_job_composed_whole_decides():
+    """Every fix (but own) of a load-best and a resume row: the same jobs left out, with the same lines, as when
+    each job's config is composed whole, as its job composes it."""
+    from hydra import compose, initialize_config_dir
+
+    from train.launch.cells import composed, decide, split_jobs
+    from train.launch.defaults import options
+
+    jobs = [[f"scenario={scenario}", f"fix={fix}", f"framework={framework}", "repeat=0"]
+            for scenario, framework in (("seed", "fastai"), ("crash_mid_save", "torch_loop"))
+            for fix in options("fix") if fix != "own"]
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        def whole(job):
+            return compose(config_name="train", overrides=job, return_hydra_config=True)
+        _, left_out = split_jobs(jobs, whole)
+        each = {tuple(job): decide(composed(whole(job))) for job in jobs}
+    assert {tuple(s["overrides"]): s["explanation"] for s in left_out} == {j: why for j, why in each.items() if why}
+    assert len(left_out) > 10 and len(left_out) < len(jobs) - 5  # both kinds, in both rows
+
+
+def test_an_n_a_cell_launches_no_job_yet_the_matrix_gives_its_reason(tmp_path):
+    """make matrix over torn x (unsynced, dcp): torn x dcp is n/a; its 2 jobs are never launched (no job dir,
+    no job line), and its cell is in matrix.csv and matrix.html with the reason a job of it gave before."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run(["make", "-s", "matrix", f"DIR={sweep}", "SCENARIOS=torn", "FIXES=unsynced,dcp", "REPEATS=2"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=tagged_env(str(sweep)))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not processes_tagged(str(sweep))
+    assert f"[sweep] 2 jobs into {sweep}, 2 at a time; 2 n/a jobs left out, not run (not_run.json)" in proc.stdout
+    jobs = [line for line in proc.stdout.splitlines() if line.startswith("[sweep] job ")]
+    assert len(jobs) == 2 and all("fix=unsynced" in line for line in jobs)
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name != ".jobs") == \
+        ["0-fastai-torn-unsynced-skew0.0-ws2-r0", "1-fastai-torn-unsynced-skew0.0-ws2-r1"]
+    why = ("scenario=torn fix=dcp: n/a: torch.distributed.checkpoint writes its own files; the stall is placed in "
+           "the torch.save path")
+    with open(sweep / "matrix.csv", newline="") as f:
+        cells = {r["fix"]: r for r in csv.DictReader(f)}
+    assert (cells["dcp"]["verdict"], cells["dcp"]["runs"], cells["dcp"]["note"]) == ("n/a", "0", why)
+    assert cells["unsynced"]["runs"] == "2" and cells["unsynced"]["verdict"] != "n/a"
+    with open(sweep / "report.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["fix"] == "dcp"]
+    assert [(r["job"], r["verdict"], r["repeat"], r["note"]) for r in rows] == [("", "n/a", k, why) for k in "01"]
+    assert json.dumps(why)[1:-1] in (sweep / "matrix.html").read_text()

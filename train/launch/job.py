@@ -19,7 +19,7 @@ from train.config import ConfigError, check
 from train.launch import nodes, sweep
 from train.launch.defaults import a_command_that_runs
 from train.launch.experiment import run_experiment
-from train.launch.plan import not_applicable, this_machine
+from train.launch.plan import n_a_line, not_applicable, this_machine
 from train.launch.preflight import (
     EXIT_BAD_CONFIG,
     EXIT_EXPECT_MISMATCH,
@@ -35,6 +35,9 @@ from train.report import node_records
 from train.report.files import write_json_atomic
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+PLUGINS = str(Path(__file__).resolve().parent / "plugins")  # its hydra_plugins/: the sweeper configs/train.yaml names
+if PLUGINS not in sys.path:  # Hydra looks for plugins in the hydra_plugins namespace, on sys.path
+    sys.path.append(PLUGINS)
 
 
 def run_job(dict_cfg) -> str:
@@ -63,16 +66,14 @@ def run_job(dict_cfg) -> str:
         cfg = nodes.from_slurm(resolved(dict_cfg))
     except ConfigError as e:
         return refuse(e)
-    scenario, fix, framework = hydra_cfg.runtime.choices.get("scenario"), cfg["fix"]["name"], \
-        cfg["framework"]["name"]
+    scenario, framework = hydra_cfg.runtime.choices.get("scenario"), cfg["framework"]["name"]
     try:
         check(cfg)  # each key in its range first: a bad value is refused, never taken for an n/a cell
     except ConfigError as e:
         return refuse(e)
     reason = not_applicable(cfg)
     if reason:  # a combination that makes no sense: not run, and not a failure of a sweep
-        which = f"scenario={scenario} fix={fix}" + (f" framework={framework}" if framework != "fastai" else "")
-        why = f"{which}: n/a: {reason}"
+        why = n_a_line(scenario, cfg, reason)
         if not in_sweep:
             runs = a_command_that_runs(scenario, framework)
             return refuse(why + (f"; this runs: {runs}" if runs else ""))

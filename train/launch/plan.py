@@ -97,6 +97,14 @@ def not_applicable(cfg: dict):
     return f"a fix of {' and '.join(words)}; this run's is {WORKLOAD_WORDS.get(workload, f'workload={workload}')}"
 
 
+def n_a_line(scenario, cfg: dict, reason: str) -> str:
+    """An n/a cell's line, as a sweep records it and a single run refuses it: `scenario=torn fix=dcp: n/a: ...`."""
+    framework = cfg["framework"]["name"]
+    which = f"scenario={scenario} fix={cfg['fix']['name']}" + ("" if framework == "fastai" else
+                                                                f" framework={framework}")
+    return f"{which}: n/a: {reason}"
+
+
 def is_name(text) -> bool:
     """A name for one file or folder, never a path: not empty, no separator, not . or .., no NUL, not too long."""
     return isinstance(text, str) and 0 < len(text) <= 200 and "/" not in text and "\0" not in text \

@@ -148,6 +148,16 @@ def side_by_side(hydra_cfg) -> bool:
     return "joblib" in str(hydra_cfg.launcher.get("_target_", "")).lower()
 
 
+CELL_SWEEPER = "hydra_plugins.race_lab_sweeper.CellSweeper"  # configs/train.yaml's: it leaves n/a jobs out
+
+
+def planned(callbacks, total: int, left_out: int):
+    """From race-lab's sweeper, once it knows which jobs run: the sweep's progress starts (SweepProgress.begin)."""
+    for callback in getattr(callbacks, "callbacks", []):
+        if isinstance(callback, SweepProgress) and callback.total is not None:
+            callback.begin(total, left_out)
+
+
 class SweepProgress(Callback):
     total = None  # set when a sweep starts; a single run (no -m) leaves it None and is left alone
     in_worker = False  # True in the copy that a side-by-side job's worker process gets
@@ -158,7 +168,7 @@ class SweepProgress(Callback):
                 "echo": getattr(self, "echo", False), "tty": False}
 
     def on_multirun_start(self, config, **kwargs):
-        self.total = count_jobs(config.hydra.overrides.task)
+        self.total = count_jobs(config.hydra.overrides.task)  # race-lab's sweeper then says how many run (begin)
         self.sweep_dir = Path(config.hydra.sweep.dir)
         self.ended, self.failed, self.durations = 0, [], []
         self.drawing, self.timelines = ThreadPoolExecutor(1, "timelines", draw_at_low_priority), {}
@@ -169,12 +179,19 @@ class SweepProgress(Callback):
         if not self.echo:  # Hydra's own line per job would repeat ours
             for name in HYDRA_LAUNCHER_LOGS:
                 logging.getLogger(name).setLevel(logging.WARNING)
-        jobs = ""
+        self.at_a_time = ""
         if self.side_by_side:
             from joblib import effective_n_jobs  # -1: one per core
 
-            jobs = f", {effective_n_jobs(config.hydra.launcher.n_jobs)} at a time"
-        print(f"[sweep] {self.total} jobs into {self.sweep_dir}{jobs}", flush=True)
+            self.at_a_time = f", {effective_n_jobs(config.hydra.launcher.n_jobs)} at a time"
+        if config.hydra.sweeper.get("_target_") != CELL_SWEEPER:
+            self.begin(self.total, 0)
+
+    def begin(self, total: int, left_out: int):
+        """The sweep's first line, once it is known which jobs run; left_out: the n/a ones, not launched."""
+        self.total = total
+        not_run = f"; {left_out} n/a job{'s' * (left_out != 1)} left out, not run (not_run.json)" if left_out else ""
+        print(f"[sweep] {self.total} jobs into {self.sweep_dir}{self.at_a_time}{not_run}", flush=True)
         if self.side_by_side:
             self.signal = None  # the signal that stopped the sweep
             for signum in (signal.SIGINT, signal.SIGTERM):  # the jobs run elsewhere: pass it on, then wait
@@ -250,8 +267,13 @@ class SweepProgress(Callback):
             self.finish()  # skips when a job raised
 
     def on_multirun_end(self, config, **kwargs):
-        """Side by side: the jobs are over; the watcher prints what it has not yet, then the report."""
-        if self.total is None or not getattr(self, "side_by_side", False):
+        """Side by side: the jobs are over; the watcher prints what it has not yet, then the report. A sweep
+        whose every job was n/a (none launched) writes its report here too."""
+        if self.total is None:
+            return
+        if not getattr(self, "side_by_side", False):
+            if self.total == 0:
+                self.finish()
             return
         stop_workers(kill=self.signal is not None)
         self.returned.set()

@@ -73,7 +73,7 @@ def page(name: str, cells: list, runs: list, references: dict) -> str:
 
 
 def write_html(root: Path, cells: list, rows: list, references: dict):
-    runs = [run_entry(root, row) for row in rows]
+    runs = [run_entry(root, row) for row in rows if row["job"]]  # a job left out as n/a has no run to list
     tmp = root / "matrix.html.tmp"
     tmp.write_text(page(root.name, cells, runs, references), encoding="utf-8")
     tmp.replace(root / "matrix.html")

@@ -2,6 +2,8 @@
 import json
 from pathlib import Path
 
+NOT_RUN = "not_run.json"  # in a sweep dir: the jobs left out as n/a before any ran (train/launch/cells.py)
+
 
 def load_summary(run_dir) -> dict:
     path = Path(run_dir) / "summary.json"
@@ -47,3 +49,12 @@ def fix_name(config: dict) -> str:
     fix = config.get("fix") or config.get("callback") or {}
     name, target = fix.get("name"), fix.get("_target_")
     return f"{name} ({target.rpartition('.')[2]})" if name == "own" and target else name
+
+
+def read_not_run(root: Path) -> list:
+    """The summaries of the jobs a sweep left out as n/a, none ran (its not_run.json); none: []."""
+    try:
+        found = json.loads((root / NOT_RUN).read_text())["n/a"]
+    except FileNotFoundError:
+        return []
+    return [s for s in found if isinstance(s, dict) and {"config", "status", "verdict", "explanation"} <= set(s)]

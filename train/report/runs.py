@@ -17,7 +17,7 @@ from train.report import rates
 from train.report.matrix import frameworks, named
 from train.report.matrix_files import write_matrix
 from train.report.race_vs_skew import plot_race_vs_skew
-from train.report.run_records import find_runs, fix_name, read_summary, unreadable
+from train.report.run_records import NOT_RUN, find_runs, fix_name, read_not_run, read_summary, unreadable
 from train.report.timeline import draw_timeline
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -59,6 +59,16 @@ def run_row(root: Path, run: Path, events: list) -> dict:
         if {"launch_start", "launch_end"} <= set(ends) else "", "note": note,
     }
     return row
+
+
+def not_run_row(s: dict) -> dict:
+    """The row of a job that a sweep left out as n/a (not_run.json): as its run's row was, with no job dir."""
+    cfg = s["config"]
+    return {**dict.fromkeys(FIELDS, ""), "scenario": cfg.get("scenario") or "seed",
+            "framework": (cfg.get("framework") or {}).get("name", "fastai"), "fix": fix_name(cfg),
+            "skew_s": cfg["skew"]["seconds"], "skew_rank": cfg["skew"]["rank"], "world_size": cfg["world_size"],
+            "epochs": cfg["epochs"], "seed": cfg["seed"], "repeat": cfg.get("repeat", 0), "status": s["status"],
+            "verdict": s["verdict"], **{f"n_{o}": 0 for o in OUTCOMES}, "note": s["explanation"]}
 
 
 def fix_of(row) -> str:
@@ -111,9 +121,14 @@ def write_report(root, drawn=frozenset()) -> str:
     except the runs in drawn (a sweep draws each job's timeline while the next job runs)."""
     root = Path(root)
     runs = find_runs(root)
-    if not runs:
-        raise SystemExit(f"error: no runs under {root} (a run dir has a .hydra/ folder)")
     skipped = []  # what could not be read, each with its reason: said in one line at the end
+    try:
+        left_out = [not_run_row(s) for s in read_not_run(root)]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        left_out = []
+        skipped.append(f"{NOT_RUN}: its n/a jobs left out of the report ({unreadable(e)})")
+    if not runs and not left_out:
+        raise SystemExit(f"error: no runs under {root} (a run dir has a .hydra/ folder)")
     events = {run: read_events(run, skipped) for run in runs}
     rows = []
     for run in list(runs):
@@ -122,6 +137,7 @@ def write_report(root, drawn=frozenset()) -> str:
         except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError) as e:
             skipped.append(f"{run.relative_to(root) or run.name}: left out of the report ({unreadable(e)})")
             runs.remove(run)
+    rows += left_out
     if not rows:
         raise SystemExit(f"error: no readable runs under {root}: " + "; ".join(skipped))
     with open(root / "report.csv", "w", newline="") as f:
