@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT
 from train.config import ConfigError, markdown_table
-from train.launch.plan import Machine, make_plan, not_applicable
+from train.launch.plan import Machine, make_plan, n_a_line, not_applicable
 
 LAPTOP = Machine(cpus=2, gpus=0, memory_mib=16_000, open_files=1024)
 
@@ -59,6 +59,12 @@ def base_cfg(*overrides, **changes):
 def test_a_cell_is_n_a_by_not_for_or_by_the_fix_s_workloads(overrides, reason):
     got = not_applicable(composed(*overrides))
     assert got == reason if reason is None else got.startswith(reason), got
+
+
+def test_an_n_a_line_names_the_cell_and_its_framework_but_fastai():
+    assert n_a_line("torn", composed("scenario=torn", "fix=dcp"), "why") == "scenario=torn fix=dcp: n/a: why"
+    assert n_a_line("seed", composed("framework=lightning", "fix=dcp"), "why") == \
+        "scenario=seed fix=dcp framework=lightning: n/a: why"
 
 
 def test_a_name_is_one_file_or_folder_name_up_to_200_characters():

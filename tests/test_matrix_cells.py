@@ -10,8 +10,8 @@ from train.report.matrix import FIX_ORDER, FRAMEWORK_ORDER, SCENARIO_ORDER, _ord
 from train.report.matrix_files import scenario_references
 from train.judge.vocabulary import OUTCOMES
 from train.report.rates import share
-from train.report.runs import CONFIGS, _median, aggregate, run_row
-from train.report.run_records import find_runs, fix_name
+from train.report.runs import CONFIGS, _median, aggregate, not_run_row, run_row
+from train.report.run_records import NOT_RUN, find_runs, fix_name, read_not_run
 from train.report.console import align, format_table
 from train.report.files import write_json_atomic
 
@@ -192,6 +192,25 @@ def test_an_n_a_run_keeps_its_reason_and_a_crashed_one_is_reported_as_crashed(tm
     assert all(r[f"n_{o}"] == 0 for o in OUTCOMES) and r["nonsaver_wait_s"] == ""
     no_choices = make_run(tmp_path, "2-crashed", hydra={"config.yaml": json.dumps(CFG)})
     assert run_row(tmp_path, no_choices, [])["scenario"] == "seed"
+
+
+def test_a_job_left_out_as_n_a_has_the_row_its_run_had_but_no_job(tmp_path):
+    """A sweep records the n/a jobs it does not launch in not_run.json (train/launch/cells.py): each row is the
+    one its run's summary.json gave, its job empty; a record that is not one is not read, and no file is none."""
+    assert read_not_run(tmp_path) == []
+    torn = {"config": {**CFG, "fix": {"name": "dcp"}}, "status": "n/a", "verdict": "n/a",
+            "explanation": "scenario=torn fix=dcp: n/a: why", "ranks": []}
+    bare = {**torn, "config": {k: v for k, v in torn["config"].items() if k not in ("framework", "repeat")}}
+    bare["config"]["scenario"] = None
+    write_json_atomic(tmp_path / NOT_RUN, {"n/a": [torn, bare, {"status": "n/a", "verdict": "n/a", "config": {}},
+                                                   "junk"]})
+    assert read_not_run(tmp_path) == [torn, bare]
+    for name, summary in (("0-torn-dcp", torn), ("1-seed-dcp", bare)):
+        ran = run_row(tmp_path, make_run(tmp_path, name, summary), [])
+        assert not_run_row(summary) == {**ran, "job": ""}
+    assert (not_run_row(bare)["scenario"], not_run_row(bare)["framework"], not_run_row(bare)["repeat"]) == \
+        ("seed", "fastai", 0)
+    assert not_run_row({**torn, "config": {**CFG, "framework": {"name": "lightning"}}})["framework"] == "lightning"
 
 
 def test_runs_are_found_in_job_order_and_a_nodes_own_dir_is_part_of_its_run(tmp_path):
