@@ -197,13 +197,16 @@ def test_a_race_says_what_holds_it_in_its_framework_as_measured(tmp_path):
 
 
 def test_deepspeed_as_measured_on_shared_disks_atomic_holds_every_row_and_on_node_local_ones_no_fix_does():
-    """docs/measured/deepspeed-all-fixes-r1.csv: shard_lost holds with atomic and agreed, node_local_resume with
-    none (each rank's partition is on its own node's disk: no DeepSpeed fix here reads another node's)."""
+    """docs/measured/deepspeed-*.csv: shard_lost holds with atomic, agreed and manifest, node_local_resume with
+    none (each rank's partition is on its own node's disk: no DeepSpeed fix here reads another node's), stale_tag
+    (an older run's tag in the folder) with manifest alone."""
     measured = read_measured("deepspeed")
-    assert holds_with(measured, "shard_lost") == ["atomic", "agreed"]
+    assert holds_with(measured, "shard_lost") == ["atomic", "agreed", "manifest"]
     assert holds_with(measured, "node_local_resume") == []
+    assert holds_with(measured, "stale_tag") == ["manifest"]
     shared = ["crash_mid_save", "shard_lost", "cleanup"]  # check.disks=shared leaves node_local_resume out
     assert recommended(measured, shared) == "atomic"
+    assert recommended(measured, [*shared, "stale_tag"]) == "manifest"
     assert recommended(measured, [*shared, "node_local_resume"]) is None
     plan = {"framework": "deepspeed", "fix": "as_shipped", "repeats": 1, "world_size": 2, "setup": {},
             "left_out": [], "scenarios": [{"name": n, "workload": "resume", "cannot": None} for n in shared]}

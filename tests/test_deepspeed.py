@@ -11,6 +11,9 @@ torch elastic makes (train/frameworks/deepspeed/). What it shows:
   (rank 0 writes it without waiting for the other shards): every restart dies on the missing shard. agreed: the
   ranks load the newest tag all of them hold whole (epoch 0's): clean.
 - crash_mid_save with the kill after the save (a ZeRO-1 save and resume, no fault in the checkpoint): clean.
+- stale_tag, as shipped: an older run (another seed) left its checkpoint and `latest` in the folder; both ranks
+  resume from it with no error, and the verdict names the checkpoint this run never wrote (stale). manifest (a
+  manifest naming the run, written last): both ranks start fresh, clean.
 - (slow) 5 runs each of the two clean cells: clean 5/5; shard_lost with atomic (the tag written last): clean.
 deepspeed_shm_comm, the op every deepspeed.initialize on the CPU accelerator loads, is built by make install
 (tools/install-lock.sh), so no run here compiles it.
@@ -29,6 +32,7 @@ ENDS_WITHIN_S = 400  # every group together
 GROUPS = {
     "shard_lost": ["scenario=shard_lost", "fix=as_shipped,agreed"],
     "resume": ["scenario=crash_mid_save", "fault.kill_at=after_save", "fix=as_shipped"],
+    "stale_tag": ["scenario=stale_tag", "fix=as_shipped,manifest"],
 }
 SLOW_GROUPS = {  # four more runs of each clean cell: with the first group's one, 5 of 5
     "agreed": ["scenario=shard_lost", "fix=agreed", "repeat=range(1,5)"],
@@ -120,7 +124,28 @@ def test_cells_that_do_not_apply_say_why():
     assert "node_local_resume" in reason("no_shared_fs")
     assert "shard_lost" in reason("pointer_first")
     assert "lists no folder" in reason("resume_disagree")
-    assert "commit point" in reason("crash_mid_save", "manifest")
+    assert "stale_tag" in reason("stale")
+    assert not reason("stale_tag", "manifest") and not reason("crash_mid_save", "manifest")
+
+
+@pytest.mark.slow  # real DeepSpeed ranks (the `groups` fixture): make test-fast leaves them out
+def test_a_tag_an_older_run_left_is_resumed_silently_as_shipped_and_named_and_the_manifest_is_clean(groups):
+    fixes = by_fix(groups["stale_tag"])
+    naive, job = fixes["as_shipped"]
+    assert naive["verdict"] == "race", naive["explanation"]
+    assert [r["outcome"] for r in naive["ranks"]] == ["stale", "stale"], naive["explanation"]
+    assert ("rank 1 stale (attempt 0: it resumed from global_step10 (step 10), a checkpoint this run never wrote"
+            in naive["explanation"]), naive["explanation"]
+    events = events_of(job)
+    assert {e["rank"]: e["step"] for e in events if e["event"] == "resume"} == {0: 10, 1: 10}
+    assert not [e for e in events if e["event"] in ("load_error", "train_error", "crash")]  # no error anywhere
+    assert {e["rank"] for e in events if e["event"] == "train_end"} == {0, 1}
+    assert 10 not in {e["step"] for e in events if e["event"] == "shard_write"}  # this run saved steps 20 and 30
+    fixed, job = fixes["manifest"]
+    assert fixed["verdict"] == "clean", fixed["explanation"]
+    events = events_of(job)
+    assert {e["rank"]: e["path"] for e in events if e["event"] == "resume"} == {0: None, 1: None}  # both fresh
+    assert {e["step"] for e in events if e["event"] == "shard_write"} == {10, 20, 30}
 
 
 def test_a_rank_that_found_no_latest_beside_one_that_read_both_shards_is_mixed():

@@ -183,6 +183,14 @@ FINDINGS = [
                                  for a in (1, 2)), codes(1)),
              gone=lambda ls, rcs: has(ls, "attempt 1 rank 1: finished"))],
         drop=r"^attempt [12] rank 0: "),  # rank 0 loads as rank 1 fails: whether it prints before it is stopped varies
+    Finding(
+        "deepspeed_older_tag", "deepspeed.md",
+        "load_checkpoint(dir) resumes a new run from the tag an older, different run left in the folder, with no error",
+        ("deepspeed", "torch"),
+        [Run(f"{R} deepspeed_older_tag.py older; {R} deepspeed_older_tag.py",
+             both(lambda ls: all(has(ls, f"job 1 rank {r}: its weights are the older run's: True") for r in (0, 1)),
+                  codes(0)),
+             gone=lambda ls, rcs: not has(ls, "job 1 rank 0: its weights are the older run's: True"))]),
 ]
 
 

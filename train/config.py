@@ -56,6 +56,10 @@ class FaultConfig:
     delete_race: bool = key(False, "two ranks delete the same old checkpoint, rank 0 first: it deletes once a peer has "
                                    "listed the file, the peer once rank 0 has deleted it (cleanup)",
                             only={"workload": ["resume"]})
+    older_run: bool = key(False, "framework=deepspeed: before the first attempt, an earlier run of another seed "
+                                 "(seed+1) leaves its epoch-0 checkpoint and its tag in checkpoint.dir, as that run's "
+                                 "fix wrote them (stale_tag)",
+                          only={"workload": ["resume"], "framework.name": ["deepspeed"]})
     async_fault: Optional[str] = key(None, "checkpoint.async_save: in_flight: at fault.kill_epoch's save (first "
                                            "attempt), rank 0 is killed with SIGKILL while the save is still being "
                                            "written (async_in_flight); shared_group: every save's collectives run on "

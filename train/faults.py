@@ -281,6 +281,8 @@ def describe(cfg: dict) -> str:
         parts.append("after a restart every rank but 0 lists the checkpoints without the newest (a stale listing)")
     if fault["delete_race"]:
         parts.append("two ranks delete the same old checkpoint, rank 0 first")
+    if fault["older_run"]:
+        parts.append(f"an earlier run (seed {(cfg['seed'] + 1) % 2 ** 32}) left its epoch-0 checkpoint and its tag in the folder")
     if ckpt["async_save"]:
         how = "Lightning's AsyncCheckpointIO" if cfg["framework"]["name"] == "lightning" else "dcp.async_save"
         parts.append(f"checkpoints are saved in the background ({how}) while training goes on")

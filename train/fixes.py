@@ -14,6 +14,8 @@ framework adapter (train/frameworks/) call these at their own seams, so no fix i
 Sharded checkpoints (every rank writes its own shard, a tag file names the newest: DeepSpeed's `latest`):
   agreed_tag     rank 0 lists the tags, every rank checks its own shards of each, an all-reduce MIN (agreed)
   publish_tag_last  the tag written last: a barrier after every shard, then rank 0 writes it atomically (atomic)
+  publish_manifest_last / manifest_tag   the tag, then a manifest naming the run and the tag, written last; a
+                 resume takes only the tag of its own run's manifest, not one an older run left (manifest)
 Async saves (checkpoint.async_save):
   group_of_its_own       a process group for the save's collectives alone (own_group)
   complete_when_durable  the pointer and the cleanup only after the save's Future and a barrier (on_durable)
@@ -198,6 +200,24 @@ def publish_tag_last(events, tag_file, tag: str):
         raise SyncFailed
     if dist.get_rank() == 0:
         atomic_write(tag_file, lambda f: f.write(tag.encode()))
+
+
+def publish_manifest_last(events, tag_file, manifest, tag: str, run: str, **fields):
+    """publish_tag_last, then rank 0 writes `manifest` atomically, last: JSON naming the run (its id), the tag and
+    `fields`. Raises SyncFailed (recorded) when the barrier fails."""
+    publish_tag_last(events, tag_file, tag)
+    if dist.get_rank() == 0:
+        atomic_write(manifest, lambda f: f.write(json.dumps({"run": run, "tag": tag, **fields}).encode()))
+
+
+def manifest_tag(manifest, run: str):
+    """The tag `manifest` names when run `run` wrote it; None when there is none, it is unreadable, or another run
+    wrote it (a tag an older run left in the folder is never resumed from)."""
+    try:
+        record = json.loads(Path(manifest).read_text())
+    except (OSError, ValueError):
+        return None
+    return record.get("tag") if isinstance(record, dict) and record.get("run") == run else None
 
 
 def remove_checkpoint(path):

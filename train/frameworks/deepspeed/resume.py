@@ -26,6 +26,10 @@ Fixes (cfg["fix"]["name"]), each from train/fixes.py:
   agreed      fixes.agreed_tag: rank 0 lists the tags (`latest`'s first, then the global_step<N> folders, newest
               first), every rank checks its shard and the model file exist, an all-reduce MIN; every rank then
               load_checkpoint(dir, tag=<the newest all hold>)
+  manifest    as atomic, then rank 0 writes manifest.json last (fixes.publish_manifest_last: the run's id, rdzv.id,
+              and the tag); a resume takes only the tag of a manifest this run wrote (fixes.manifest_tag), checked
+              whole as agreed does: a tag an older run left in the folder is not resumed from (stale_tag)
+fault.older_run (stale_tag): an earlier run's checkpoint planted in the folder before the first attempt (older.py).
 Events: those of train/frameworks/torch_loop/ (path: a tag folder), and shard_write / shard_read.
 """
 import re
@@ -38,7 +42,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from train.fixes import SyncFailed, agreed_tag, publish_tag_last
+from train.events import attempt
+from train.fixes import SyncFailed, agreed_tag, manifest_tag, publish_manifest_last, publish_tag_last
 from train.frameworks.deepspeed.seams import MODEL, SHARD, ObservedCheckpointEngine
 from train.toolkit.errors import error_fields
 from train.toolkit.model import digits_split, small_cnn, weights_digest
@@ -46,6 +51,7 @@ from train.toolkit.rank import Rank, checkpoint_dir, say
 from train.toolkit.resume import start_attempt
 
 LATEST = "latest"  # DeepSpeed's tag file
+MANIFEST = "manifest.json"  # fix=manifest's: the run and the tag, written last
 TAG = re.compile(r"^global_step(\d+)$")
 
 
@@ -54,10 +60,12 @@ class Way:
     """How the loop does one fix: each field one difference from the loop as shipped."""
     tag_last: bool = False  # save_latest=False, then a barrier and rank 0's atomic write of `latest`
     agreed: bool = False  # every rank loads the newest tag all of them hold whole (an all-reduce MIN)
+    manifest: bool = False  # a manifest naming the run written last; a resume reads only its own run's
 
 
 # the dispatch: fix.name -> how the loop does it (configs/framework/deepspeed.yaml's not_for says which apply)
-BY_FIX = {"as_shipped": Way(), "atomic": Way(tag_last=True), "agreed": Way(agreed=True)}
+BY_FIX = {"as_shipped": Way(), "atomic": Way(tag_last=True), "agreed": Way(agreed=True),
+          "manifest": Way(tag_last=True, manifest=True)}
 
 
 def fit_and_resume(rank: Rank):
@@ -71,7 +79,8 @@ class DeepSpeedResume:
         self.rank, self.cfg, self.events, self.faults = rank, cfg, rank.events, rank.faults
         self.way = BY_FIX[cfg["fix"]["name"]]
         self.folder = Path(checkpoint_dir(cfg))  # save_dir: global_step<N>/ and `latest`
-        self.latest = self.folder / LATEST
+        self.latest, self.manifest = self.folder / LATEST, self.folder / MANIFEST
+        self.run_id = cfg["rdzv"]["id"]  # the same in every attempt of this launch, on every node
         self.timeout_s = cfg["timeout"]["collective_s"]
         self.me = dist.get_rank()
         self.epoch, self.tag = None, None  # the save under way
@@ -79,18 +88,11 @@ class DeepSpeedResume:
     def run(self):
         cfg, data = self.cfg, self.cfg["data"]
         start_attempt(self.rank, self.folder)
-        torch.manual_seed(cfg["seed"])
-        x_train, y_train, _, _ = digits_split(data, cfg["seed"])
-        train_set = TensorDataset(x_train, y_train)
-        sampler = DistributedSampler(train_set, shuffle=True, seed=cfg["seed"])
-        loader = DataLoader(train_set, batch_size=data["batch_size"], sampler=sampler)
+        if cfg["fault"]["older_run"] and attempt() == 0:
+            from train.frameworks.deepspeed.older import plant_older_run
+            plant_older_run(self, (cfg["seed"] + 1) % 2 ** 32)
+        self.engine, loader, sampler = self.engine_and_data(cfg["seed"])
         self.steps_per_epoch = len(loader)
-        model = small_cnn(1)
-        config = {"train_micro_batch_size_per_gpu": data["batch_size"], "gradient_accumulation_steps": 1,
-                  "zero_optimization": {"stage": cfg["framework"]["zero_stage"]},
-                  "zero_allow_untested_optimizer": True, "steps_per_print": 10 ** 9}
-        self.engine, _, _, _ = deepspeed.initialize(  # the process group is train/rank/worker.py's: it uses it
-            model=model, optimizer=torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9), config=config)
         self.engine.checkpoint_engine = ObservedCheckpointEngine(self)
 
         start = self.resume()
@@ -114,6 +116,22 @@ class DeepSpeedResume:
         self.events.record("train_end")
         self.events.record("final", digest=weights_digest(dict(self.engine.module.named_parameters())))
 
+    def engine_and_data(self, seed: int):
+        """deepspeed.initialize over small_cnn seeded `seed`, and its rank's loader of digits_split(seed)."""
+        cfg, data = self.cfg, self.cfg["data"]
+        torch.manual_seed(seed)
+        x_train, y_train, _, _ = digits_split(data, seed)
+        train_set = TensorDataset(x_train, y_train)
+        sampler = DistributedSampler(train_set, shuffle=True, seed=seed)
+        loader = DataLoader(train_set, batch_size=data["batch_size"], sampler=sampler)
+        model = small_cnn(1)
+        config = {"train_micro_batch_size_per_gpu": data["batch_size"], "gradient_accumulation_steps": 1,
+                  "zero_optimization": {"stage": cfg["framework"]["zero_stage"]},
+                  "zero_allow_untested_optimizer": True, "steps_per_print": 10 ** 9}
+        engine, _, _, _ = deepspeed.initialize(  # the process group is train/rank/worker.py's: it uses it
+            model=model, optimizer=torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9), config=config)
+        return engine, loader, sampler
+
     def digest(self) -> str:
         return weights_digest(self.engine.module.state_dict())
 
@@ -134,20 +152,25 @@ class DeepSpeedResume:
         """load_checkpoint on every rank; the epoch to start from (the highest any rank resumed to). A failed read
         is recorded and raised: the rank dies, and torch elastic restarts the group."""
         listing = self.tags()
-        tag = None
-        if self.way.agreed:
+        tag, agreeing = None, self.way.agreed or self.way.manifest
+        if self.way.manifest:  # only a tag this run's manifest names, checked whole on every rank
+            tag = agreed_tag(self.events, lambda: [t] if (t := manifest_tag(self.manifest, self.run_id)) else [],
+                             self.whole)
+            if tag is None and self.manifest.is_file():
+                say(f"{MANIFEST} names no checkpoint of this run ({self.run_id}): not resumed from")
+        elif self.way.agreed:
             def candidates():
                 named = self.latest.read_text().strip() if self.latest.is_file() else None
                 return ([named] if named else []) + [t for t in listing if t != named]
             tag = agreed_tag(self.events, candidates, self.whole)
         named = tag or (self.latest.read_text().strip() if self.latest.is_file() else None)
-        if named is not None and (not self.way.agreed or tag):
+        if named is not None and (not agreeing or tag):
             model_file = next((self.folder / named).glob("mp_rank_*_model_states.pt"), None)
             self.events.record("load_attempt", path=str(self.folder / named),
                                bytes=model_file.stat().st_size if model_file else None)
         try:
-            if self.way.agreed and tag is None:
-                path, client = None, None  # no tag every rank holds whole: all start fresh
+            if agreeing and tag is None:
+                path, client = None, None  # no tag every rank holds whole (or of this run): all start fresh
             else:
                 path, client = self.engine.load_checkpoint(str(self.folder), tag=tag)
         except Exception as e:
@@ -178,9 +201,16 @@ class DeepSpeedResume:
             self.events.record("save_start", epoch=epoch, step=step, path=str(path))
         self.engine.save_checkpoint(str(self.folder), client_state={"epoch": epoch},
                                     save_latest=not self.way.tag_last)
-        if self.way.tag_last:
-            publish_tag_last(self.events, self.latest, self.tag)
+        self.publish(self.tag, self.run_id, step=step)
         if self.me == 0:
             size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
             self.events.record("save_end", epoch=epoch, step=step, path=str(path), digest=self.digest(), bytes=size)
             self.faults.kill_point("after_save", epoch, path)
+
+    def publish(self, tag: str, run: str, **fields):
+        """What the fix writes once every rank's save_checkpoint returned: nothing as shipped (DeepSpeed wrote
+        `latest`); the tag written last (atomic); the tag, then the manifest naming `run` (manifest)."""
+        if self.way.manifest:
+            publish_manifest_last(self.events, self.latest, self.manifest, tag, run, **fields)
+        elif self.way.tag_last:
+            publish_tag_last(self.events, self.latest, tag)
