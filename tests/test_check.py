@@ -196,18 +196,18 @@ def test_a_race_says_what_holds_it_in_its_framework_as_measured(tmp_path):
     assert holds_with_run({**raced, "verdict": "clean"}, tmp_path) == []
 
 
-def test_deepspeed_as_measured_on_shared_disks_atomic_holds_every_row_and_on_node_local_ones_no_fix_does():
-    """docs/measured/deepspeed-*.csv: shard_lost holds with atomic, agreed and manifest, node_local_resume with
-    none (each rank's partition is on its own node's disk: no DeepSpeed fix here reads another node's), stale_tag
-    (an older run's tag in the folder) with manifest alone."""
+def test_deepspeed_as_measured_atomic_holds_the_shared_disk_rows_and_node_local_storage_holds_every_row():
+    """docs/measured/deepspeed-*.csv: shard_lost holds with atomic, agreed, manifest and node_local_storage;
+    node_local_resume (each rank's partition on its own node's disk) with node_local_storage alone; stale_tag (an
+    older run's tag in the folder) with manifest and node_local_storage (its resume is manifest's)."""
     measured = read_measured("deepspeed")
-    assert holds_with(measured, "shard_lost") == ["atomic", "agreed", "manifest"]
-    assert holds_with(measured, "node_local_resume") == []
-    assert holds_with(measured, "stale_tag") == ["manifest"]
+    assert holds_with(measured, "shard_lost") == ["atomic", "agreed", "manifest", "node_local_storage"]
+    assert holds_with(measured, "node_local_resume") == ["node_local_storage"]
+    assert holds_with(measured, "stale_tag") == ["manifest", "node_local_storage"]
     shared = ["crash_mid_save", "shard_lost", "cleanup"]  # check.disks=shared leaves node_local_resume out
     assert recommended(measured, shared) == "atomic"
     assert recommended(measured, [*shared, "stale_tag"]) == "manifest"
-    assert recommended(measured, [*shared, "node_local_resume"]) is None
+    assert recommended(measured, [*shared, "stale_tag", "node_local_resume"]) == "node_local_storage"
     plan = {"framework": "deepspeed", "fix": "as_shipped", "repeats": 1, "world_size": 2, "setup": {},
             "left_out": [], "scenarios": [{"name": n, "workload": "resume", "cannot": None} for n in shared]}
     checked = result(plan, {"crash_mid_save": [summary("clean")], "shard_lost": [summary("race", "missing")],

@@ -10,6 +10,8 @@ torch elastic makes (train/frameworks/deepspeed/). What it shows:
 - shard_lost, as shipped: rank 1 is killed before its ZeRO partition lands, `latest` already naming the checkpoint
   (rank 0 writes it without waiting for the other shards): every restart dies on the missing shard. agreed: the
   ranks load the newest tag all of them hold whole (epoch 0's): clean.
+- node-local disks with fix=node_local_storage (DeepSpeed's checkpoint.use_node_local_storage and rank 0's tag,
+  checked whole on every disk): both ranks resume from step 20, clean.
 - crash_mid_save with the kill after the save (a ZeRO-1 save and resume, no fault in the checkpoint): clean.
 - stale_tag, as shipped: an older run (another seed) left its checkpoint and `latest` in the folder; both ranks
   resume from it with no error, and the verdict names the checkpoint this run never wrote (stale). manifest (a
@@ -47,6 +49,9 @@ def launch(root: Path, groups: dict, node_local: bool = False) -> dict:
     if node_local:  # the scenario as shipped: a kill, and torch elastic's restart of both nodes
         commands["node_local"] = (train_command(root / "node_local" / "run", "world_size=2", "framework=deepspeed",
                                                 "scenario=node_local_resume"), root / "node_local")
+        commands["node_local_fixed"] = (train_command(root / "node_local_fixed" / "run", "world_size=2",
+                                                      "framework=deepspeed", "scenario=node_local_resume",
+                                                      "fix=node_local_storage"), root / "node_local_fixed")
     return side_by_side(root, commands, ENDS_WITHIN_S)
 
 
@@ -82,6 +87,16 @@ def test_node_local_disks_as_shipped_is_not_clean_and_names_the_rank_that_starte
     assert {e["rank"] for e in events if e["event"] == "train_end"} == {0, 1}  # both finished
     # no rank raised in the restart (in attempt 0 rank 1 may have, on the collective its killed peer broke)
     assert not [e for e in events if e["event"] in ("load_error", "train_error") and e["attempt"] == 1]
+
+
+@pytest.mark.slow  # real DeepSpeed ranks (the `groups` fixture): make test-fast leaves them out
+def test_node_local_disks_with_node_local_storage_resume_every_rank_from_the_newest(groups):
+    """fix=node_local_storage: each node's own disk holds the model file and its rank's shard, rank 0 reads the
+    tag: after the restart both ranks resume from step 20, clean."""
+    [(summary, job)] = groups["node_local_fixed"].jobs()
+    assert summary["verdict"] == "clean", summary["explanation"]
+    resumed = {e["rank"]: e["step"] for e in events_of(job) if e["event"] == "resume" and e["attempt"] == 1}
+    assert resumed == {0: 20, 1: 20}, summary["explanation"]
 
 
 @pytest.mark.slow  # real DeepSpeed ranks (the `groups` fixture): make test-fast leaves them out

@@ -19,7 +19,7 @@ SCENARIO_ORDER = ["seed", "stale", "torn", "skip_if_missing", "disagree", "save_
                   "async_in_flight", "async_exit_pending", "async_overlap", "async_shared_group", "dcp_overwrite", "async_top_k"]
 FIX_ORDER = ["as_shipped", "unsynced", "in_place", "barrier", "wait_for_everyone", "poll", "atomic", "agreed",
              "broadcast", "dcp", "save_on_each_node", "manifest", "rank0_rotates", "on_durable", "own_group",
-             "fresh_rename", "durable"]
+             "fresh_rename", "durable", "node_local_storage"]
 FRAMEWORK_ORDER = ["fastai", "lightning", "transformers", "accelerate", "torch_loop", "deepspeed"]
 COLOURS = {"clean": "#a1d99b", "save_failed": "#9ecae1", "race": "#fc9272", "error": "#bdbdbd",
            "interrupted": "#bdbdbd", "n/a": "#f0f0f0", "crashed": "#bdbdbd"}

@@ -26,6 +26,9 @@ Fixes (cfg["fix"]["name"]), each from train/fixes.py:
   agreed      fixes.agreed_tag: rank 0 lists the tags (`latest`'s first, then the global_step<N> folders, newest
               first), every rank checks its shard and the model file exist, an all-reduce MIN; every rank then
               load_checkpoint(dir, tag=<the newest all hold>)
+  node_local_storage  DeepSpeed's checkpoint.use_node_local_storage (each node's local rank 0 writes the model file
+              on its own disk; `latest` stays rank 0's alone), with manifest's resume: rank 0 reads the tag, every
+              rank checks that its own disk holds the model file and its shard (node_local_resume)
   manifest    as atomic, then rank 0 writes manifest.json last (fixes.publish_manifest_last: the run's id, rdzv.id,
               and the tag); a resume takes only the tag of a manifest this run wrote (fixes.manifest_tag), checked
               whole as agreed does: a tag an older run left in the folder is not resumed from (stale_tag)
@@ -61,11 +64,13 @@ class Way:
     tag_last: bool = False  # save_latest=False, then a barrier and rank 0's atomic write of `latest`
     agreed: bool = False  # every rank loads the newest tag all of them hold whole (an all-reduce MIN)
     manifest: bool = False  # a manifest naming the run written last; a resume reads only its own run's
+    each_node: bool = False  # checkpoint.use_node_local_storage: each node's local rank 0 writes the model file too
 
 
 # the dispatch: fix.name -> how the loop does it (configs/framework/deepspeed.yaml's not_for says which apply)
 BY_FIX = {"as_shipped": Way(), "atomic": Way(tag_last=True), "agreed": Way(agreed=True),
-          "manifest": Way(tag_last=True, manifest=True)}
+          "manifest": Way(tag_last=True, manifest=True),
+          "node_local_storage": Way(tag_last=True, manifest=True, each_node=True)}
 
 
 def fit_and_resume(rank: Rank):
@@ -127,13 +132,17 @@ class DeepSpeedResume:
         model = small_cnn(1)
         config = {"train_micro_batch_size_per_gpu": data["batch_size"], "gradient_accumulation_steps": 1,
                   "zero_optimization": {"stage": cfg["framework"]["zero_stage"]},
-                  "zero_allow_untested_optimizer": True, "steps_per_print": 10 ** 9}
+                  "zero_allow_untested_optimizer": True, "steps_per_print": 10 ** 9,
+                  "checkpoint": {"use_node_local_storage": self.way.each_node}}
         engine, _, _, _ = deepspeed.initialize(  # the process group is train/rank/worker.py's: it uses it
             model=model, optimizer=torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9), config=config)
         return engine, loader, sampler
 
     def digest(self) -> str:
-        return weights_digest(self.engine.module.state_dict())
+        """The module's parameters, what ZeRO keeps the same on every rank (as the final record's). Not its buffers:
+        DeepSpeed syncs those only at initialize, so each rank's BatchNorm statistics are its own, and a model file
+        each node wrote (node_local_storage) holds that node's."""
+        return weights_digest(dict(self.engine.module.named_parameters()))
 
     def tags(self) -> list:
         """The tag folders, newest first (by their step)."""
@@ -142,10 +151,12 @@ class DeepSpeedResume:
         return [name for _, name in sorted(found, reverse=True)]
 
     def whole(self, tag: str) -> bool:
-        """Whether this rank finds what it reads of `tag`: the model file and every rank's shard."""
+        """Whether this rank finds what it reads of `tag`: the model file and every rank's shard (with
+        node_local_storage, its own: each node's disk holds its ranks' shards, and the MIN covers every rank's)."""
         names = {p.name for p in (self.folder / tag).iterdir()} if (self.folder / tag).is_dir() else set()
         shards = {int(m.group(1)) for n in names if (m := SHARD.match(n))}
-        return any(MODEL.match(n) for n in names) and shards >= set(range(dist.get_world_size()))
+        needed = {self.me} if self.way.each_node else set(range(dist.get_world_size()))
+        return any(MODEL.match(n) for n in names) and shards >= needed
 
     # --- the resume ---
     def resume(self) -> int:
