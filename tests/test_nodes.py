@@ -248,3 +248,17 @@ def test_inside_a_slurm_task_the_launcher_takes_its_node_and_the_rendezvous_from
         monkeypatch.setenv(key, value)
     got = from_slurm(cfg)
     assert (got["node_rank"], got["rdzv"]) == (1, {"endpoint": "gpu07:29500", "id": "slurm-4242"})
+
+
+def test_the_rendezvous_port_is_free_and_outside_the_range_the_kernel_hands_out():
+    """A port the kernel gives any socket on its own (a gloo pair, another run's store) cannot take it between its
+    choice and node 0's bind."""
+    import socket
+    from pathlib import Path
+
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    for _ in range(20):
+        port = free_port()
+        assert not low <= port <= high
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # free: raises if not

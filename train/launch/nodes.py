@@ -52,7 +52,23 @@ def one_of_many(cfg: dict) -> bool:
     return cfg["nnodes"] > 1 and not cfg["launch"]["all_nodes_here"]
 
 
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")  # where the kernel hands out ports nobody asked for
+
+
 def free_port() -> int:
+    """A free loopback port for the node agents' rendezvous store, below the kernel's ephemeral range: it is free
+    now and bound a moment later by node 0's agent, and a port in that range could be taken in between by any
+    socket given one automatically (a gloo pair, another run's store), as under CI's load (2026-12-02)."""
+    import random
+
+    low = int(EPHEMERAL.read_text().split()[0]) if EPHEMERAL.exists() else 0
+    for port in random.sample(range(10000, low), min(50, max(low - 10000, 0))):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
