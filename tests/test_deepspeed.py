@@ -16,6 +16,7 @@ torch elastic makes (train/frameworks/deepspeed/). What it shows:
 - stale_tag, as shipped: an older run (another seed) left its checkpoint and `latest` in the folder; both ranks
   resume from it with no error, and the verdict names the checkpoint this run never wrote (stale). manifest (a
   manifest naming the run, written last): both ranks start fresh, clean.
+- ZeRO-3 (framework.zero_stage=3): shard_lost as shipped races, agreed is clean, every rank's model partition on disk.
 - (slow) 5 runs each of the two clean cells: clean 5/5; shard_lost with atomic (the tag written last): clean.
 deepspeed_shm_comm, the op every deepspeed.initialize on the CPU accelerator loads, is built by make install
 (tools/install-lock.sh), so no run here compiles it.
@@ -29,12 +30,13 @@ from test_config import composed
 from train.judge.shards import mixed_resumes
 from train.launch.plan import not_applicable
 
-ENDS_WITHIN_S = 400  # every group together
+ENDS_WITHIN_S = 600  # every group together
 
 GROUPS = {
     "shard_lost": ["scenario=shard_lost", "fix=as_shipped,agreed"],
     "resume": ["scenario=crash_mid_save", "fault.kill_at=after_save", "fix=as_shipped"],
     "stale_tag": ["scenario=stale_tag", "fix=as_shipped,manifest"],
+    "zero3": ["scenario=shard_lost", "framework.zero_stage=3", "fix=as_shipped,agreed"],
 }
 SLOW_GROUPS = {  # four more runs of each clean cell: with the first group's one, 5 of 5
     "agreed": ["scenario=shard_lost", "fix=agreed", "repeat=range(1,5)"],
@@ -117,6 +119,22 @@ def test_latest_before_the_shards_as_shipped_dies_on_the_missing_shard_and_agree
     last = {r: resumes[-1] for r, resumes in fixed["resume"]["ranks"].items()}
     assert {Path(r["path"]).name for r in last.values()} == {"global_step10"}  # epoch 0's: the newest whole one
     assert any(e["event"] == "crash" for e in events_of(job))  # the kill did happen
+
+
+@pytest.mark.slow  # real DeepSpeed ranks (the `groups` fixture): make test-fast leaves them out
+def test_zero_3_partitions_the_model_file_too_and_the_same_race_and_fix_hold(groups):
+    """framework.zero_stage=3: each rank writes its own model-states partition; shard_lost as shipped races (every
+    restart dies on the missing partition) and agreed resumes both ranks from step 10."""
+    fixes = by_fix(groups["zero3"])
+    naive, job = fixes["as_shipped"]
+    assert naive["verdict"] == "race" and naive["config"]["framework"]["zero_stage"] == 3, naive["explanation"]
+    assert [e["at"] for e in events_of(job) if e["event"] == "crash"] == ["before_shard"], naive["explanation"]
+    fixed, job = fixes["agreed"]
+    assert fixed["verdict"] == "clean", fixed["explanation"]
+    assert {e["rank"]: e["step"] for e in events_of(job) if e["event"] == "resume" and e["attempt"] == 1} == \
+        {0: 10, 1: 10}, fixed["explanation"]
+    assert sorted(p.name for p in (job / "models" / "global_step10").glob("zero_pp_rank_*_model_states.pt")) == [
+        "zero_pp_rank_0_mp_rank_00_model_states.pt", "zero_pp_rank_1_mp_rank_00_model_states.pt"]
 
 
 @pytest.mark.slow  # real DeepSpeed ranks (the `groups` fixture): make test-fast leaves them out

@@ -174,8 +174,8 @@ class FrameworkConfig:
     own_class_kinds: List[str] = key(["train.frameworks.fastai.callbacks.RaceSaveModelCallback"],
                                      "with fix=own, the class named by fix._target_ must subclass one of "
                                      "these (set by each framework)")
-    zero_stage: int = key(1, "framework=deepspeed: ZeRO's stage (1: optimizer state partitioned, 2: gradients too); "
-                             "each rank saves its own partition", min=1, max=2,
+    zero_stage: int = key(1, "framework=deepspeed: ZeRO's stage (1: optimizer state partitioned, 2: gradients too, "
+                             "3: parameters too); each rank saves its own partition", min=1, max=3,
                           only={"framework.name": ["deepspeed"]})
     as_shipped_fix: str = key("barrier", "the fix a run gets when framework= is given and fix= is not: the "
                                          "framework's code as shipped (set by each framework)")

@@ -1,5 +1,5 @@
 """DeepSpeed 0.19.8's own resume (workload=resume, issue 26): the user's loop as DeepSpeed's docs show it, over
-the small_cnn and digits_split every adapter shares, ZeRO stage framework.zero_stage (1 or 2) on gloo ranks:
+the small_cnn and digits_split every adapter shares, ZeRO stage framework.zero_stage (1, 2 or 3) on gloo ranks:
 
     engine, *_ = deepspeed.initialize(model=model, optimizer=SGD(momentum), config={... zero_optimization ...})
     path, client = engine.load_checkpoint(dir)        # reads `latest`; (None, None) where there is none
@@ -119,7 +119,7 @@ class DeepSpeedResume:
             self.events.record("train_error", epoch=epoch, **error_fields(e))
             raise
         self.events.record("train_end")
-        self.events.record("final", digest=weights_digest(dict(self.engine.module.named_parameters())))
+        self.events.record("final", digest=self.digest())
 
     def engine_and_data(self, seed: int):
         """deepspeed.initialize over small_cnn seeded `seed`, and its rank's loader of digits_split(seed)."""
@@ -131,7 +131,12 @@ class DeepSpeedResume:
         loader = DataLoader(train_set, batch_size=data["batch_size"], sampler=sampler)
         model = small_cnn(1)
         config = {"train_micro_batch_size_per_gpu": data["batch_size"], "gradient_accumulation_steps": 1,
-                  "zero_optimization": {"stage": cfg["framework"]["zero_stage"]},
+                  "zero_optimization": {"stage": cfg["framework"]["zero_stage"],
+                                        # ZeRO-3: no parameter kept whole on every rank, as in a large model (this
+                                        # one's would all be, below the 1e5 default, and the all-gather of those in
+                                        # the save's epilogue would order every rank's writes before `latest`)
+                                        **({"stage3_param_persistence_threshold": 0}
+                                           if cfg["framework"]["zero_stage"] == 3 else {})},
                   "zero_allow_untested_optimizer": True, "steps_per_print": 10 ** 9,
                   "checkpoint": {"use_node_local_storage": self.way.each_node}}
         engine, _, _, _ = deepspeed.initialize(  # the process group is train/rank/worker.py's: it uses it
@@ -142,7 +147,11 @@ class DeepSpeedResume:
         """The module's parameters, what ZeRO keeps the same on every rank (as the final record's). Not its buffers:
         DeepSpeed syncs those only at initialize, so each rank's BatchNorm statistics are its own, and a model file
         each node wrote (node_local_storage) holds that node's."""
-        return weights_digest(dict(self.engine.module.named_parameters()))
+        params = dict(self.engine.module.named_parameters())
+        if self.cfg["framework"]["zero_stage"] == 3:  # each rank holds a partition: gathered (a collective)
+            with deepspeed.zero.GatheredParameters(list(params.values())):
+                return weights_digest(params)
+        return weights_digest(params)
 
     def tags(self) -> list:
         """The tag folders, newest first (by their step)."""
@@ -176,7 +185,7 @@ class DeepSpeedResume:
             tag = agreed_tag(self.events, candidates, self.whole)
         named = tag or (self.latest.read_text().strip() if self.latest.is_file() else None)
         if named is not None and (not agreeing or tag):
-            model_file = next((self.folder / named).glob("mp_rank_*_model_states.pt"), None)
+            model_file = next((self.folder / named).glob("*mp_rank_*_model_states.pt"), None)
             self.events.record("load_attempt", path=str(self.folder / named),
                                bytes=model_file.stat().st_size if model_file else None)
         try:
@@ -213,9 +222,10 @@ class DeepSpeedResume:
         self.engine.save_checkpoint(str(self.folder), client_state={"epoch": epoch},
                                     save_latest=not self.way.tag_last)
         self.publish(self.tag, self.run_id, step=step)
+        digest = self.digest()  # on every rank: under ZeRO-3 it gathers the parameters
         if self.me == 0:
             size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-            self.events.record("save_end", epoch=epoch, step=step, path=str(path), digest=self.digest(), bytes=size)
+            self.events.record("save_end", epoch=epoch, step=step, path=str(path), digest=digest, bytes=size)
             self.faults.kill_point("after_save", epoch, path)
 
     def publish(self, tag: str, run: str, **fields):

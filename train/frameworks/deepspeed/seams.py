@@ -17,7 +17,8 @@ import torch
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
 SHARD = re.compile(r"^zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$")  # one rank's ZeRO partition
-MODEL = re.compile(r"^mp_rank_\d+_model_states\.pt$")  # the module and the client state (data-parallel rank 0)
+# the module and the client state: data-parallel rank 0's; under ZeRO-3 each rank's partition of it (zero_pp_rank_<r>_)
+MODEL = re.compile(r"^(zero_pp_rank_\d+_)?mp_rank_\d+_model_states\.pt$")
 TAG_STEP = re.compile(r"global_step(\d+)$")  # save_checkpoint's default tag
 
 
