@@ -128,20 +128,3 @@ def test_remove_when_durable_waits_for_the_writes_then_removes_and_keeps_the_old
     finally:
         dist.destroy_process_group()
     assert done == [] and [name for name, _ in events.events] == ["sync_enter", "sync_error"]
-
-
-def test_race_lab_check_leaves_async_top_k_out_and_says_why():
-    from train.launch.check import plan_check
-
-    left = {s["name"]: s["why"] for s in plan_check(["framework=lightning"])["left_out"]}
-    assert "an async save's scenario (checkpoint.async_save)" in left["async_top_k"]
-    left = {s["name"]: s["why"] for s in plan_check(["framework=torch_loop"])["left_out"]}
-    assert left["async_top_k"].startswith("cannot happen in torch_loop: Lightning's ModelCheckpoint retention")
-
-
-def test_async_save_with_lightnings_load_best_is_refused_in_one_line(tmp_path):
-    """Lightning's async saver is its resume's; its save-best-and-load-at-the-end runs synchronous saves only."""
-    from test_fuzz import preflight_line
-
-    assert preflight_line(["framework=lightning", "checkpoint.async_save=true"], tmp_path / "run") == \
-        "checkpoint.async_save=True: read only with workload=resume; this run has workload=load_best, which ignores it"
