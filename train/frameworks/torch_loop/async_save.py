@@ -124,7 +124,8 @@ class AsyncSaver:
         # what the fix changes: publish in a completion step; a group of its own; a fresh folder, renamed into place
         self.on_durable = self.fix in ("on_durable", "fresh_rename", "durable")
         self.fresh = self.fix == "fresh_rename" or (self.fix == "durable" and self.one_folder)
-        shared = self.fault == "shared_group" and self.fix not in ("own_group", "durable")
+        self.own_group = self.fix in ("own_group", "durable")
+        shared = self.fault == "shared_group" and not self.own_group
         # fault.async_fault=overlap: the naive loop dispatches each save without waiting for the one before
         self.overlap = self.fault == "overlap" and not self.on_durable
         self.earlier = []  # with overlap: the saves dispatched before the pending one, not waited for
