@@ -164,7 +164,8 @@ def test_every_scenario_composes_and_passes_the_checks():
 def test_the_seed_scenario_is_the_schemas_defaults():
     assert composed() == composed("scenario=seed")
     cfg = composed()
-    assert (cfg["world_size"], cfg["epochs"], cfg["skew"]) == (3, 3, {"rank": 0, "seconds": 3.0, "mid_write_s": 0.0})
+    assert (cfg["world_size"], cfg["epochs"], cfg["skew"]) == (3, 3, {"rank": 0, "seconds": 3.0, "end_when_settled": False,
+                                                           "mid_write_s": 0.0})
 
 
 def cli(tmp_path, *overrides, env=None):

@@ -40,3 +40,18 @@ def test_a_rank_counts_in_at_the_end_once_and_the_last_one_releases_every_rank()
         assert server.add(hang.DONE, 1) == 2  # the peer's count: the last
     finally:
         hang._counted = False
+
+
+@pytest.mark.parametrize("peer, settled", [
+    ({"at": "end", "n": 0, "t": 5.0}, True),  # past its load: nothing it does can change any more
+    ({"at": "done", "n": 1, "t": 5.0}, True),
+    ({"at": "work", "n": 0, "t": 5.0}, False),  # training, loading, a file wait: it may still read
+    ({**sync("barrier", 1), "t": 5.0}, True),  # waits in a barrier that outlasts the stall (60 s from 5.0)
+    ({**sync("barrier", 1), "t": 10.0 + 1 - 60}, False),  # its barrier times out 1 s after the stall's end: too soon
+    ({**sync("barrier", 1), "t": 10.0 + 1.1 - 60}, True),
+    ({**sync("file", 1), "t": 5.0}, False),  # a wait that is no collective can end by itself
+])
+def test_a_stall_ends_early_only_once_a_peer_can_change_nothing_but_how_long_it_waits(peer, settled):
+    """The stall would end at 10.0; the peers' collectives time out after 60 s; SETTLED_MARGIN_S is 1 s."""
+    assert hang.SETTLED_MARGIN_S == 1.0
+    assert hang.settled(peer, stall_ends=10.0, collective_s=60.0) is settled

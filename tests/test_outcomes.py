@@ -413,6 +413,20 @@ def test_a_clean_explanation_names_the_trap_that_the_fix_avoided():
                                                          2).explanation
 
 
+def test_a_stall_that_ended_once_every_peer_was_settled_says_how_long_it_lasted():
+    late = [ev(2, 0, "skew_start", seconds=3.0), ev(2.4, 0, "skew_end", settled=True)]
+    waited = [ev(1.5, 1, "sync_enter", how="barrier"), ev(12.005, 1, "sync_exit", how="barrier")]
+    events = launch("ok", *late, *saver(), *waited, *loader(1, 12.01, digest="w-last"))
+    assert "The trap it avoided: rank 0 was late at its last save: it stalled 0.40 s of its 3.0 s, until every " \
+        "other rank was past its load or waiting for it; rank 1 waited" in judge(events, 2).explanation
+
+    torn = [ev(11, 0, "skew_start", seconds=3.0, at="mid_write"), ev(11.5, 0, "skew_end", settled=True)]
+    older = saver(digests=("w-old", "w-last"))
+    assert "rank 0 stalled 0.50 s of its 3.0 s halfway through writing the checkpoint, so it existed half-written " \
+        "(by then every other rank was past its load or waiting for it)" in \
+        judge(launch("ok", *torn, *older, *loader(1, 12.5, digest="w-last")), 2).explanation
+
+
 def test_a_rank_that_finds_no_file_on_its_own_node_is_told_where_the_file_is():
     nodes = [ev(0.1, 0, "rank_start", node=0), ev(0.1, 1, "rank_start", node=1),
              ev(1, 0, "fit_start", node_local=True), ev(1, 1, "fit_start", node_local=True)]

@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 
 from conftest import Run, alive, console_noise, processes_tagged, run_train, together, train_command
+from train.judge.vocabulary import secs
 
 ENDS_WITHIN_S = 300  # every run together; each takes well under half a minute on 2 idle cores
 
@@ -18,6 +19,9 @@ RUNS = {
     "crash": ["fix=barrier", "fault.crash_rank=0"],
     "first": ["world_size=1", "skew.seconds=0"],
     "mnist_sample": ["data=mnist_sample", "data.batch_size=16", "world_size=2", "epochs=1"],
+    # make matrix's and race-lab check's skew: it ends once every other rank is past its load or waiting
+    "settled_race": ["fix=unsynced", "world_size=2", "skew.seconds=20", "skew.end_when_settled=true", "expect=race"],
+    "settled_clean": ["fix=barrier", "world_size=2", "skew.seconds=20", "skew.end_when_settled=true", "expect=clean"],
 }
 
 
@@ -59,7 +63,8 @@ def test_unsynced_seed_scenario_races_and_records_everything(runs):
     for r in (1, 2):
         assert s["ranks"][r]["timings"]["load_after_save_end"] < -1.0  # read well before the save ended
     assert (s["plan"]["device"], s["plan"]["backend"]) == ("cpu", "gloo")
-    assert s["config"]["world_size"] == 3 and s["config"]["skew"] == {"seconds": 3.0, "rank": 0, "mid_write_s": 0.0}
+    assert s["config"]["world_size"] == 3 and s["config"]["skew"] == {"seconds": 3.0, "rank": 0, "mid_write_s": 0.0,
+                                                                                "end_when_settled": False}
     assert s["config"]["scenario"] == "seed"
     env = s["environment"]
     assert env["torch"] and env["fastai"] == "2.8.12" and env["python"] and env["host"]
@@ -98,6 +103,23 @@ def test_barrier_seed_scenario_is_clean_and_loads_wait_for_the_save(runs):
         assert run.summary["ranks"][r]["timings"]["wait"] > 1.5  # they waited out rank 0's skew
     # the seed's console: ranks 1 and 2 announce the load, rank 0 saves, then everyone loads
     assert run.out.count("Loaded model.") == 3
+
+
+@pytest.mark.parametrize("name, peer_at", [("settled_race", "final"), ("settled_clean", "sync_enter")])
+def test_a_skew_that_ends_when_settled_stalls_only_until_every_peer_is_past_its_load_or_waiting(runs, name, peer_at):
+    """skew.end_when_settled: rank 0's 20 s stall ends once rank 1 has loaded (unsynced: it read too early, a race)
+    or waits in the barrier (which outlasts the stall: it would only wait longer); the verdict is the whole stall's."""
+    run = runs[name]
+    assert run.rc == 0, run.err[-3000:]
+    start, end = by_event(run, "skew_start")[0], by_event(run, "skew_end")[0]
+    assert start["seconds"] == 20 and end["settled"] is True
+    assert by_event(run, peer_at)[1]["t"] <= end["t"] < start["t"] + 10
+    if name == "settled_race":
+        assert run.outcomes() == {0: "loaded", 1: "missing"} and run.summary["verdict"] == "race"
+    else:
+        assert run.outcomes() == {0: "loaded", 1: "loaded"} and run.summary["verdict"] == "clean"
+        assert f"it stalled {secs(end['t'] - start['t'])} s of its 20.0 s, until every other rank was past its load " \
+            "or waiting for it" in run.summary["explanation"]
 
 
 def test_an_older_checkpoint_is_read_as_stale_and_expect_mismatch_exits_1(runs):

@@ -30,6 +30,9 @@ def group(cls, doc):
 class SkewConfig:
     rank: int = key(0, "the late rank", min=0)
     seconds: float = key(3.0, "how long it stalls right before its last save", min=0)
+    end_when_settled: bool = key(False, "end the stall sooner, once every other rank is past its load or waits in a "
+                                        "collective that outlasts it: no rank does anything else, it only waits "
+                                        "less (make matrix and race-lab check set it)")
     mid_write_s: float = key(0.0, "rank 0 also stalls this long halfway through writing the last checkpoint (torn)",
                              min=0, only={"workload": ["load_best"]})
 

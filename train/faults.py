@@ -32,6 +32,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from train.toolkit import hang
 from train.torch_private import default_store
 
 
@@ -39,6 +40,7 @@ class Faults:
     def __init__(self, cfg: dict, events, say):
         """cfg: the run's config; events: this rank's EventLog; say: a console line."""
         self.skew, self.fault, self.epochs = cfg["skew"], cfg["fault"], cfg["epochs"]
+        self.collective_s = cfg["timeout"]["collective_s"]
         self.events, self.say = events, say
         self.in_flight = threading.Event()  # fault.async_fault=in_flight: rank 0's save thread holds its save
         self.dispatched = -1  # the newest epoch whose async save the loop has dispatched (overlap)
@@ -232,9 +234,14 @@ class Faults:
             self._stall("slow_write", SLOW_WRITE_S, epoch=epoch)
 
     def _stall(self, name, seconds, **fields):
+        """A stall of `seconds`; the skew's ends once every other rank is settled (skew.end_when_settled)."""
         self.events.record(f"{name}_start", seconds=seconds, **fields)
-        time.sleep(seconds)
-        self.events.record(f"{name}_end")
+        settled = False
+        if name == "skew" and self.skew["end_when_settled"]:
+            settled = hang.stall_until_settled(seconds, self.collective_s)
+        else:
+            time.sleep(seconds)
+        self.events.record(f"{name}_end", **({"settled": True} if settled else {}))
 
 
 IN_FLIGHT_S = 2.0  # fault.async_fault=in_flight: how far into the save's window rank 0 is killed

@@ -31,7 +31,7 @@ def matrix_run(sweep_dir: Path, jobs: int, scenarios: str, fixes: str) -> dict:
     side_by_side = ["hydra/launcher=jobs", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else []
     load, began = os.getloadavg()[0], time.time()
     run = sweep(sweep_dir, f"scenario={scenarios}", f"fix={fixes}", "framework=fastai", "world_size=2",
-                "repeat=range(1)", *side_by_side)
+                "skew.end_when_settled=true", "repeat=range(1)", *side_by_side)
     verdicts = {}
     for job in run.pop("jobs"):
         verdicts[job["verdict"]] = verdicts.get(job["verdict"], 0) + 1

@@ -126,15 +126,31 @@ def _not_on_this_node(events, group, last_save) -> str:
     return f": the file is on node {saved_on}'s own disk; {nodes}'s disk has none"
 
 
+def _settled_end(events, start):
+    """The skew_end of this skew_start where the stall ended once every other rank was settled, else None."""
+    end = next((e for e in events if e["event"] == "skew_end" and e["rank"] == start["rank"] and e["t"] >= start["t"]),
+               None)
+    return end if end is not None and end.get("settled") else None
+
+
+SETTLED = "every other rank was past its load or waiting for it"
+
+
 def _traps(events, written) -> list:
     """What in this run would have made a rank read the wrong thing, from the faults' own events."""
     traps = []
     for e in events:
-        if e["event"] == "skew_start" and e.get("at") == "mid_write":
-            traps.append(f"rank {e['rank']} stalled {secs(e['seconds'])} s halfway through writing the checkpoint, "
-                         "so it existed half-written")
-        elif e["event"] == "skew_start":
-            traps.append(f"rank {e['rank']} was {secs(e['seconds'])} s late at its last save")
+        if e["event"] != "skew_start":
+            continue
+        end, planned = _settled_end(events, e), secs(e["seconds"])
+        stalled = f"{secs(end['t'] - e['t'])} s of its {planned} s" if end else f"{planned} s"
+        if e.get("at") == "mid_write":
+            traps.append(f"rank {e['rank']} stalled {stalled} halfway through writing the checkpoint, so it existed "
+                         "half-written" + (f" (by then {SETTLED})" if end else ""))
+        elif end:
+            traps.append(f"rank {e['rank']} was late at its last save: it stalled {stalled}, until {SETTLED}")
+        else:
+            traps.append(f"rank {e['rank']} was {stalled} late at its last save")
     older = [w for w in written if w.get("epoch", 0) < written[-1].get("epoch", 0)]
     if older:
         traps.append(f"an older checkpoint (epoch {older[-1]['epoch']}) was there to read before the last one")

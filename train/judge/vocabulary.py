@@ -1,8 +1,9 @@
 """Judging's vocabulary: the events it reads, each rank's outcome, the verdicts, and the small helpers every
 judgement shares. Pure functions over event records; nothing here imports torch or the harness.
 
-Rank events (events/rank<N>.jsonl): rank_start{node}, fit_start{node_local}, skew_start{at}, skew_end,
-read_delay_start, read_delay_end, rank_misdetected, save_start, save_end{digest, bytes},
+Rank events (events/rank<N>.jsonl): rank_start{node}, fit_start{node_local}, skew_start{at, seconds},
+skew_end{settled} (settled: the stall ended early, every other rank past its load or waiting), read_delay_start,
+read_delay_end, rank_misdetected, save_start, save_end{digest, bytes},
 save_error{error_type, message}, train_end, sync_enter{how}, sync_exit{how},
 sync_error{how, error_type, message, timed_out}, train_error{what, error_type, message, timed_out} (a framework's
 call that raised on this rank and that no other event records, e.g. Lightning's validate after its load),

@@ -33,6 +33,7 @@ from train.report.run_records import find_runs, read_summary
 
 EXIT_SAFE, EXIT_UNSAFE = 0, 1
 CHECK_WORLD_SIZE = "world_size=2"  # 2 ranks, as the matrix: a third proves nothing more about these races
+SETTLED = "skew.end_when_settled=true"  # as the matrix: a stall no longer than it takes every other rank to settle
 USAGE = "usage: race-lab check framework=<name> [fix=<fix> | fix=own fix._target_=pkg.mod.Class] [key=value ...]"
 
 
@@ -134,7 +135,7 @@ def sweep_command(argv: list, plan: dict, out: Path) -> list:
     jobs = _jobs(argv)
     keys = [a for a in argv if not a.split("=", 1)[0].lstrip("+").startswith(("hydra.sweep.dir", "scenario", "check."))]
     return [sys.executable, "-m", "train", "-m", *([CHECK_WORLD_SIZE] if _given(argv, "world_size") is None else []),
-            *keys, f"scenario={','.join(ran)}", f"repeat=range({plan['repeats']})", f"hydra.sweep.dir={out}",
+            *([SETTLED] if _given(argv, "skew.end_when_settled") is None else []), *keys, f"scenario={','.join(ran)}", f"repeat=range({plan['repeats']})", f"hydra.sweep.dir={out}",
             *(["hydra/launcher=jobs", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else [])]
 
 

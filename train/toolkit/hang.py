@@ -18,6 +18,10 @@ come, and never counts: timeout.collective_s stays the backstop. Once it is cert
 releases the peers waiting there. As they leave, their connections close and the wait breaks at once, so
 the rank goes on by its own path; a wait still held after PEERS_LEAVE_S (the peer waits in another sync)
 ends the rank with os._exit(EXIT_HUNG), as a thread cannot interrupt gloo's C++ wait.
+
+The same places end a stall placed on purpose (the skew) as soon as it can change nothing more: once every peer
+is settled, past its load or waiting in a collective that outlasts the stall (stall_until_settled). What each
+rank does is the same as after the whole stall; only the time it waits is shorter.
 """
 import json
 import os
@@ -34,6 +38,7 @@ from train.torch_private import default_store
 COLLECTIVES = ("barrier", "broadcast", "agree")  # watched waits that every rank must enter (train/fixes.py)
 POLL_S = 0.1  # how often a watcher reads its peers' places
 STORE_TIMEOUT_S = 2.0  # a store read that takes longer means the store is gone: the watcher stops
+SETTLED_MARGIN_S = 1.0  # how much longer than a stall a peer's collective must last to count as settled
 PEERS_LEAVE_S = 1.0  # after a hang, how long peers released from the end have to break the wait (os._exit then)
 EXIT_HUNG = 124  # the hung rank's exit code (as coreutils' timeout: its wait was cut short)
 DONE, ALL_DONE = "race-lab/done", "race-lab/all-done"  # ranks counted in at the end; set once all are
@@ -79,6 +84,39 @@ def unreachable(mine: dict, peer: dict) -> bool:
         return peer["n"] < mine["n"]  # it went on without entering this sync; it enters none any more
     if peer["at"] == "sync" and peer["how"] in COLLECTIVES:
         return peer["n"] == mine["n"] and peer["how"] != mine["how"]  # a different sync in this one's place
+    return False
+
+
+def settled(peer: dict, stall_ends: float, collective_s: float) -> bool:
+    """Whether nothing a peer at `peer` does can change any more while a stall goes on until `stall_ends` (a
+    time.time()): it is past its load (at the end, or done), or it waits in a collective sync that outlasts the
+    stall by SETTLED_MARGIN_S, so only how long it waits there changes. A sync that would time out first is the
+    scenario itself (outcome: timeout): not settled."""
+    if peer["at"] in ("end", "done"):
+        return True
+    return (peer["at"] == "sync" and peer.get("how") in COLLECTIVES
+            and peer["t"] + collective_s > stall_ends + SETTLED_MARGIN_S)
+
+
+def stall_until_settled(seconds: float, collective_s: float) -> bool:
+    """Sleep `seconds`, or less: until every other rank is settled (see settled). Returns whether it ended early.
+    With no store or no peers, or a store that is gone, it sleeps the whole stall."""
+    ends = time.time() + seconds
+    if store() is None or dist.get_world_size() < 2:
+        time.sleep(seconds)
+        return False
+    me, world_size = dist.get_rank(), dist.get_world_size()
+    try:
+        s = store().clone()  # its own connection, as the watcher's
+        s.set_timeout(timedelta(seconds=STORE_TIMEOUT_S))
+        while (left := ends - time.time()) > 0:
+            peers = places(s, [r for r in range(world_size) if r != me])
+            if len(peers) == world_size - 1 and all(settled(p, ends, collective_s) for p in peers.values()):
+                return True
+            time.sleep(min(POLL_S, left))
+    except (RuntimeError, dist.DistError):
+        pass
+    time.sleep(max(0.0, ends - time.time()))
     return False
 
 
