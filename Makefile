@@ -40,9 +40,12 @@ run: install ## the seed scenario with two fixes (unsynced, barrier); prints the
 
 # JOBS: how many jobs of a sweep or the matrix run side by side (hydra/launcher=jobs, hydra-joblib-launcher: a
 # worker process each, each with its own forkserver); 1: one after another in make's one process (Hydra's
-# basic launcher). Default: one per core (nproc), measured best on 2 cores (README, "Speed").
+# basic launcher). Default: one per core (nproc) for sweep; matrix and measured: VERDICT_JOBS, below.
 JOBS     ?= $(shell nproc 2>/dev/null || echo 1)
-jobs      = $(if $(filter-out 1,$(JOBS)),hydra/launcher=jobs hydra.launcher.n_jobs=$(JOBS))
+jobs      = $(if $(filter-out 1,$(1)),hydra/launcher=jobs hydra.launcher.n_jobs=$(1))
+# matrix and measured: one job more than cores. What is left of their jobs is mostly waiting (a fix that waits out
+# its timeout, a settled skew's last fraction), and a waiting job leaves its core idle (docs/speed.md)
+VERDICT_JOBS = $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 SKEWS    ?= 0,0.5,1,2,4
 # FIXES: the fixes (configs/fix/); VARIANTS, its old name, still works
 FIXES    ?= $(if $(VARIANTS),$(VARIANTS),unsynced$(comma)barrier$(comma)poll)
@@ -50,7 +53,7 @@ REPEATS  ?= 2
 WORLD    ?= 3
 sweep: install ## sweep skew x fix (SKEWS=, FIXES=, REPEATS=, WORLD=, JOBS=, ARGS=); writes a report
 	$(PY) -m train -m skew.seconds=$(SKEWS) fix=$(FIXES) world_size=$(WORLD) \
-		'repeat=range($(REPEATS))' hydra.sweep.dir=runs/sweep/$(NOW) $(jobs) $(ARGS)
+		'repeat=range($(REPEATS))' hydra.sweep.dir=runs/sweep/$(NOW) $(call jobs,$(JOBS)) $(ARGS)
 
 # The scenario x fix matrix. Its defaults differ from sweep's: every scenario and fix (but fix=own, which
 # needs a class of yours: fix._target_), 2 ranks, 5 repeats.
@@ -62,11 +65,11 @@ given     = $(if $(filter command line environment,$(origin $(1))),$($(1)),$(2))
 # a verdict needs no more of a skew than it takes every other rank to be past its load or waiting (the matrix's
 # own cells and what race-lab check reads): skew.end_when_settled, docs/keys.md; ARGS=skew.end_when_settled=false
 settled   = skew.end_when_settled=true
-matrix: install ## scenario x fix (x framework), 5 repeats a cell, one Hydra multirun: make matrix [REPEATS=5 WORLD=2 JOBS=2 SCENARIOS=seed,torn FIXES=barrier,atomic FRAMEWORKS=fastai,lightning ARGS=]
+matrix: install ## scenario x fix (x framework), 5 repeats a cell, one Hydra multirun: make matrix [REPEATS=5 WORLD=2 JOBS=3 SCENARIOS=seed,torn FIXES=barrier,atomic FRAMEWORKS=fastai,lightning ARGS=]
 	$(PY) -m train -m scenario=$(call given,SCENARIOS,$(call options,scenario)) \
 		fix=$(call given,FIXES,$(call given,VARIANTS,$(call options,fix,own))) framework=$(call given,FRAMEWORKS,fastai) \
 		world_size=$(call given,WORLD,2) $(settled) \
-		'repeat=range($(call given,REPEATS,5))' hydra.sweep.dir=$(call given,DIR,runs/matrix/$(NOW)) $(jobs) $(ARGS)
+		'repeat=range($(call given,REPEATS,5))' hydra.sweep.dir=$(call given,DIR,runs/matrix/$(NOW)) $(call jobs,$(call given,JOBS,$(VERDICT_JOBS))) $(ARGS)
 
 # What race-lab check reads to say which fixes hold a race: one framework's matrix, kept in docs/measured/ as its
 # sweep wrote it (train/report/measured.py sums every file of a framework).
@@ -74,7 +77,7 @@ FRAMEWORK ?= fastai
 measured: install ## measure a framework's matrix for race-lab check: make measured FRAMEWORK=lightning [FIXES= REPEATS=5]
 	$(PY) -m train -m scenario=$(call given,SCENARIOS,$(call options,scenario)) \
 		fix=$(call given,FIXES,$(call options,fix,own)) framework=$(FRAMEWORK) world_size=2 $(settled) \
-		'repeat=range($(call given,REPEATS,5))' hydra.sweep.dir=runs/measured/$(NOW)-$(FRAMEWORK) $(jobs) $(ARGS)
+		'repeat=range($(call given,REPEATS,5))' hydra.sweep.dir=runs/measured/$(NOW)-$(FRAMEWORK) $(call jobs,$(call given,JOBS,$(VERDICT_JOBS))) $(ARGS)
 	cp runs/measured/$(NOW)-$(FRAMEWORK)/matrix.csv \
 		docs/measured/$(FRAMEWORK)-$(if $(FIXES),$(subst $(comma),+,$(FIXES)),all-fixes)-r$(call given,REPEATS,5)-$(NOW).csv
 

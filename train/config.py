@@ -144,7 +144,7 @@ class CheckConfig:
     saves: str = key("sync", "race-lab check: how your code saves; sync leaves out the async saves' scenarios, async "
                              "checks only those (framework=torch_loop's dcp.async_save, lightning's AsyncCheckpointIO)",
                      choices=["sync", "async"])
-    jobs: int = key(0, "race-lab check: runs side by side; 0: one per core", min=0)
+    jobs: int = key(0, "race-lab check: runs side by side; 0: one more than cores", min=0)
 
 
 @dataclass

@@ -87,7 +87,7 @@ INFO = {
     "launcher_peak_rss_mib": "launcher peak resident memory (max over cold runs)",
     "one_node_job_s": "nodes: one-node job (seed), launch_start to summary (median of warm jobs)",
     "two_node_job_s": "nodes: two-node job (no_shared_fs), launch_start to summary (median)",
-    "matrix_wall_s": "matrix subset wall, side by side at the default JOBS (one per core)",
+    "matrix_wall_s": "matrix subset wall, side by side at make matrix's default JOBS (one more than cores)",
     "matrix_wall_jobs1_s": "matrix subset wall, JOBS=1 (one job after another)",
     "matrix_floor_s": "matrix subset floor: every job's training with its stalls (rank 0's fit_start to train_end) "
                       "over the cores, plus the start-up to the first rank_start",

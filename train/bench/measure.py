@@ -22,8 +22,8 @@ FRAMEWORK_MODULES = ("fastai", "pytorch_lightning", "lightning", "transformers",
 
 
 def default_jobs() -> int:
-    """make's JOBS default: one job per core this process may use (nproc)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    """make matrix's JOBS default: one job more than the cores this process may use (nproc + 1)."""
+    return (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) + 1
 
 
 def matrix_run(sweep_dir: Path, jobs: int, scenarios: str, fixes: str) -> dict:

@@ -140,8 +140,9 @@ def sweep_command(argv: list, plan: dict, out: Path) -> list:
 
 
 def _jobs(argv) -> int:
+    """check.jobs, or one more than cores, as make matrix: a check's jobs mostly wait, leaving their cores idle."""
     given = int(_given(argv, "check.jobs") or 0)
-    return given or (os.cpu_count() or 1)
+    return given or (os.cpu_count() or 1) + 1
 
 
 def _scenario_of(run: Path):
