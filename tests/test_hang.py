@@ -9,6 +9,7 @@ the tests' own, tests/mismatched_syncs.py) have no peer at the end to release th
 import pytest
 import torch.distributed as dist
 
+from train.faults import ends_when_settled
 from train.toolkit import hang
 
 
@@ -55,3 +56,17 @@ def test_a_stall_ends_early_only_once_a_peer_can_change_nothing_but_how_long_it_
     """The stall would end at 10.0; the peers' collectives time out after 60 s; SETTLED_MARGIN_S is 1 s."""
     assert hang.SETTLED_MARGIN_S == 1.0
     assert hang.settled(peer, stall_ends=10.0, collective_s=60.0) is settled
+
+
+@pytest.mark.parametrize("name, end_when_settled, misdetect_rank, early", [
+    ("skew", True, False, True),  # the skew, before the last save or halfway through its write
+    ("skew", False, False, False),  # a single run and make sweep keep the whole stall
+    ("skew", True, True, False),  # many_writers: a peer's barrier may be a no-op of its own, not a wait for rank 0
+    ("read_delay", True, False, False),  # only rank 0's skew ends early
+])
+def test_only_the_skew_ends_when_settled_and_never_where_ranks_are_misdetected(name, end_when_settled,
+                                                                             misdetect_rank, early):
+    """many_writers x barrier was clean in 1 of 5 runs: rank 0's mid-write stall ended as rank 1 passed through its
+    no-op barrier, before rank 1 read (race-lab check framework=fastai, 2026-12-03)."""
+    assert ends_when_settled(name, {"end_when_settled": end_when_settled},
+                             {"misdetect_rank": misdetect_rank}) is early

@@ -237,7 +237,7 @@ class Faults:
         """A stall of `seconds`; the skew's ends once every other rank is settled (skew.end_when_settled)."""
         self.events.record(f"{name}_start", seconds=seconds, **fields)
         settled = False
-        if name == "skew" and self.skew["end_when_settled"]:
+        if ends_when_settled(name, self.skew, self.fault):
             settled = hang.stall_until_settled(seconds, self.collective_s)
         else:
             time.sleep(seconds)
@@ -261,6 +261,13 @@ ASYNC_FAULTS = {
     "exit_pending": "the loop does not wait for its last save before the process ends; at fault.kill_epoch's save "
                     f"rank 0's write of its shard takes {EXIT_PENDING_S:g} s (a slow disk), on the first attempt",
 }
+
+
+def ends_when_settled(name: str, skew: dict, fault: dict) -> bool:
+    """Whether a stall may end once every other rank is settled: the skew's, with skew.end_when_settled, and not
+    where ranks are misdetected (many_writers): there a peer's barrier is its own, with no WORLD_SIZE (fastai's
+    is then a no-op), so a peer seen in it is not waiting for rank 0, and could read in the rest of the stall."""
+    return name == "skew" and skew["end_when_settled"] and not fault["misdetect_rank"]
 
 
 def describe(cfg: dict) -> str:
