@@ -2,13 +2,13 @@
 gloo ranks, and every cell it shows is asserted here."""
 import csv
 import json
-import os
 import subprocess
 
 import pytest
 from PIL import Image
 
 from conftest import ROOT, processes_tagged, tagged_env
+from train.bench.measure import default_jobs
 
 R, C, SF, NA = "race", "clean", "save_failed", "n/a"
 FIXES = ["unsynced", "barrier", "poll", "atomic", "agreed", "broadcast", "dcp", "save_on_each_node", "rank0_leads"]
@@ -188,8 +188,7 @@ def test_an_n_a_cell_launches_no_job_yet_the_matrix_gives_its_reason(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=tagged_env(str(sweep)))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert not processes_tagged(str(sweep))
-    at_a_time = len(os.sched_getaffinity(0)) + 1  # make matrix's default JOBS: one more than cores
-    assert f"[sweep] 2 jobs into {sweep}, {at_a_time} at a time; 2 n/a jobs left out, not run (not_run.json)" \
+    assert f"[sweep] 2 jobs into {sweep}, {default_jobs()} at a time; 2 n/a jobs left out, not run (not_run.json)" \
         in proc.stdout
     jobs = [line for line in proc.stdout.splitlines() if line.startswith("[sweep] job ")]
     assert len(jobs) == 2 and all("fix=unsynced" in line for line in jobs)
