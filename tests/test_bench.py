@@ -11,10 +11,13 @@ def test_the_launcher_imports_no_framework():
 
 
 @pytest.mark.parametrize("argv, preloaded", [
-    ([], ["train.rank.preload", "train.frameworks.fastai"]),
-    (["framework=lightning"], ["train.rank.preload", "train.frameworks.lightning"]),
-    (["-m", "framework=transformers,accelerate"], ["train.rank.preload", "train.frameworks.transformers",
-                                                    "train.frameworks.accelerate"]),
+    ([], ["train.rank.preload", "train.frameworks.fastai.load_best"]),
+    (["framework=lightning"], ["train.rank.preload", "train.frameworks.lightning.lightning_package",
+                               "train.frameworks.lightning.resume"]),
+    (["-m", "framework=transformers,deepspeed"], ["train.rank.preload", "train.frameworks.transformers.load_best",
+                                                  "train.frameworks.transformers.resume",
+                                                  "train.frameworks.deepspeed.accelerator",
+                                                  "train.frameworks.deepspeed.resume"]),
     (["framework=nope"], ["train.rank.preload"]),  # the config's error to report, later
 ])
 def test_the_forkserver_preloads_only_the_frameworks_the_command_line_names(argv, preloaded):

@@ -50,13 +50,23 @@ def base_cfg(*overrides, **changes):
     (["scenario=disagree", "fix=dcp", "framework=lightning"], "DDPStrategy saves through a CheckpointIO"),
     (["scenario=seed", "fix=atomic", "framework=transformers"], "the Trainer reads only after the barrier"),
     (["scenario=crash_mid_save", "fix=atomic", "framework=transformers"], None),  # load_best/atomic only
-    (["scenario=crash_mid_save", "fix=atomic"], "a resume scenario: fastai's SaveModelCallback keeps the best"),
+    (["scenario=crash_mid_save", "fix=atomic"], "needs resume; fastai has none: fastai's SaveModelCallback keeps "
+     "the best"),  # the scenario's workload, which the framework's contract lacks, with its why
+    (["scenario=pointer_first", "framework=accelerate", "fix=atomic"], "needs pointer; accelerate has none: "
+     "Accelerate has no pointer"),  # a capability the scenario needs (needs:), which the framework lacks
+    (["scenario=crash_mid_save", "framework=torch_loop", "fix=rank0_rotates"], "fix=rank0_rotates needs old "
+     "checkpoints deleted (nothing rotates here: checkpoint.keep_last=0)"),  # what the fix needs of the scenario
+    (["scenario=async_in_flight", "framework=torch_loop", "fix=atomic"], "fix=atomic needs synchronous saves"),
+    (["scenario=async_in_flight", "framework=torch_loop", "fix=fresh_rename"], "no folder is saved over here"),
+    (["scenario=crash_mid_save", "framework=torch_loop", "fix=as_shipped"], "there is no framework to ship one"),
+    (["scenario=crash_mid_save", "framework=deepspeed", "fix=poll"], "a fix of the load of the best"),
+    (["scenario=crash_mid_save", "framework=deepspeed", "fix=on_durable"], "fix=on_durable needs an async save"),
     (["scenario=crash_mid_save", "framework=torch_loop", "fix=barrier"], "a fix of the load of the best at "
      "the end (workload=load_best); this run's is the resume after a restart (workload=resume)"),
     (["scenario=seed", "fix=manifest"], "a fix of the resume after a restart (workload=resume); this run's is "
      "the load of the best at the end (workload=load_best)"),
 ])
-def test_a_cell_is_n_a_by_not_for_or_by_the_fix_s_workloads(overrides, reason):
+def test_a_cell_is_n_a_by_the_scenario_s_needs_the_fix_s_and_the_framework_s_contract(overrides, reason):
     got = not_applicable(composed(*overrides))
     assert got == reason if reason is None else got.startswith(reason), got
 
@@ -117,14 +127,14 @@ def test_auto_picks_cpu_gloo_without_enough_gpus_and_nccl_with():
                                                 ("checkpoint.name", "."), ("fix.name", ".."),
                                                 ("framework.name", "a\0b"), ("rdzv.id", "a/b"),
                                                 ("checkpoint.name", "x" * 201))],
-    ({"framework.adapter": "train.toolkit.rank"}, "framework.adapter='train.toolkit.rank': must name an "
-     "adapter module, one that defines fit_and_load or fit_and_resume (train/frameworks/ has one per framework)"),
-    ({"workload": "resume"}, "workload='resume': framework=fastai has no resume path: its adapter "
-     "train.frameworks.fastai defines no fit_and_resume"),
-    ({"framework.name": "torch_loop", "framework.adapter": "train.frameworks.torch_loop"}, "workload='load_best': "
-     "framework=torch_loop has no load_best path: its adapter train.frameworks.torch_loop defines no fit_and_load"),
-    ({"framework.adapter": "no.such.module"}, "framework.adapter='no.such.module': must name an adapter module"),
-    ({"framework.name": "lightning", "framework.adapter": "train.frameworks.lightning", "data": {
+    ({"framework.name": "nope"}, "framework=nope: none is registered under the entry points "
+     "'race_lab.frameworks' (these are: "),
+    ({"workload": "resume"}, "workload='resume': framework=fastai has no resume path: fastai's SaveModelCallback "
+     "keeps the best and loads it at the end"),
+    ({"framework.name": "torch_loop"}, "workload='load_best': framework=torch_loop has no load_best path: the loop "
+     "resumes only"),
+    ({"needs": ["teleport"]}, "needs=['teleport']: each must be one of load_guard, rank_read_at_save, pointer"),
+    ({"framework.name": "lightning", "data": {
         "name": "mnist_sample", "url": "u", "cache": "c", "batch_size": 64}},
      "data='mnist_sample': framework=lightning trains on data=digits only"),
 ])
@@ -330,14 +340,13 @@ def test_the_tables_default_column_says_each_kind_of_default():
 def test_n_a_by_workload_names_each_workload_in_words_and_an_unknown_one_by_its_value():
     """not_applicable runs before the checks (the launcher asks it first), so it says what it was given."""
     def cfg(workloads, workload):
-        return {"fix": {"name": "fix", "workloads": workloads}, "framework": {"name": "fastai"},
+        return {"fix": {"name": "fix", "workloads": workloads}, "framework": {"name": "transformers"},
                 "workload": workload, "not_for": {}}
 
     assert not_applicable(cfg(["load_best", "other"], "resume")) == (
         "a fix of the load of the best at the end (workload=load_best) and workload=other; this run's is the resume "
         "after a restart (workload=resume)")
-    assert not_applicable(cfg(["load_best"], "bogus")) == (
-        "a fix of the load of the best at the end (workload=load_best); this run's is workload=bogus")
+    assert not_applicable(cfg(["load_best"], "bogus")) == "needs bogus; transformers has none: transformers has no bogus"
     assert not_applicable(cfg([], "resume")) == "a fix of no workload; this run's is the resume after a restart " \
                                                 "(workload=resume)"
 

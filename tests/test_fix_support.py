@@ -1,67 +1,64 @@
-"""Which fix a framework does is said in one place, the not_for of configs/framework/*.yaml (launch/plan.py's
-not_applicable, before any rank starts): every adapter's dispatch (BY_FIX, read by train.frameworks.fix_way) has a
-way for a fix exactly when its cell is not n/a, so that no rank meets a fix its adapter cannot do. No ranks: it
-composes the configs with Hydra and imports each framework once."""
-import functools
+"""The framework contract (train/frameworks/base.py) and the code behind it agree: every fix a framework's contract
+names for a workload is one its workload module's dispatch (BY_FIX, or ASYNC_FIXES for an async save's fixes) has a
+way to do, and the reverse, so that no rank meets a fix its adapter cannot do and no way is left unreachable; and
+every framework's n/a line for a fix it lacks comes from the contract. No ranks: it imports each framework once."""
+
+import importlib
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from conftest import ROOT
-from train.frameworks import ENTRY, adapter_functions, fix_way
-from train.launch.plan import not_applicable
+from train.frameworks import registry
+from train.frameworks.base import CAPABILITIES, CLASS_NAMED, WORKLOADS
 
-FRAMEWORKS = sorted(p.stem for p in (ROOT / "configs" / "framework").glob("*.yaml"))
-FIXES = sorted(p.stem for p in (ROOT / "configs" / "fix").glob("*.yaml"))  # `own` too
-SCENARIOS = sorted(p.stem for p in (ROOT / "configs" / "scenario").glob("*.yaml"))
-
-
-@functools.lru_cache(maxsize=None)
-def composed(*overrides) -> dict:
-    """The config `python -m train` would run, as plain data (treat it as read-only: it is cached)."""
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=list(overrides))
-    return OmegaConf.to_container(cfg, resolve=False)
+FIXES = sorted(p.stem for p in (ROOT / "configs" / "fix").glob("*.yaml"))
+CASES = [(name, workload) for name in registry.names() for workload in registry.get(name).workloads]
 
 
-def workloads(framework: str) -> list:
-    """The workloads the framework's adapter has (read from its source, as the launcher's checks do)."""
-    defined = adapter_functions(composed(f"framework={framework}")["framework"]["adapter"])
-    return [workload for workload, function in ENTRY.items() if function in defined]
+def ways(framework, workload: str) -> set:
+    """The fixes the workload's module has a way to do: its BY_FIX, and its ASYNC_FIXES where it has an async save.
+    A BY_FIX that is CLASS_NAMED does each fix as the class fix._target_ names (fastai): every fix whose config
+    names a class, and own."""
+    module = importlib.import_module(framework.workloads[workload].partition(":")[0])
+    if module.BY_FIX is CLASS_NAMED:
+        from omegaconf import OmegaConf
+
+        named = {fix for fix in FIXES if OmegaConf.load(ROOT / "configs" / "fix" / f"{fix}.yaml").get("_target_")}
+        return named | {"own"}
+    return set(module.BY_FIX) | set(getattr(module, "ASYNC_FIXES", {}))
 
 
-CASES = [(framework, workload) for framework in FRAMEWORKS for workload in workloads(framework)]
+def test_race_labs_own_frameworks_are_registered_and_sound():
+    assert {"fastai", "lightning", "transformers", "accelerate", "torch_loop", "deepspeed"} <= set(registry.names())
+    for name in registry.names():
+        framework = registry.get(name)
+        assert framework.problems() == [], name
+        assert set(framework.provides) <= set(CAPABILITIES) and set(framework.workloads) <= set(WORKLOADS)
 
 
-@functools.lru_cache(maxsize=None)
-def neutral_scenario(workload: str) -> str:
-    """A scenario of this workload whose own not_for names no fix and no framework that has the workload: its
-    cells are n/a by the framework's not_for or the fix's workloads alone."""
-    having = {framework for framework, w in CASES if w == workload}
-    for scenario in SCENARIOS:
-        own = OmegaConf.load(ROOT / "configs" / "scenario" / f"{scenario}.yaml").get("not_for", {})  # its own lines
-        if composed(f"scenario={scenario}")["workload"] == workload and not set(own) & (set(FIXES) | having):
-            return scenario
-    raise AssertionError(f"no scenario of workload={workload} leaves every fix and framework to the framework")
+@pytest.mark.parametrize("name, workload", CASES)
+def test_the_contract_names_exactly_the_fixes_its_workload_module_does(name, workload):
+    framework = registry.get(name)
+    declared, done = set(framework.fixes[workload]), ways(framework, workload)
+    assert declared - done == set(), f"{name} {workload}: the contract names fixes no way does"
+    assert done - declared == set(), f"{name} {workload}: ways the contract does not name (unreachable)"
+    assert set(FIXES) >= declared
 
 
-def test_every_framework_has_a_workload_and_every_workload_a_neutral_scenario():
-    assert {framework for framework, _ in CASES} == set(FRAMEWORKS)
-    for workload in {w for _, w in CASES}:
-        neutral_scenario(workload)
+def test_a_fix_the_framework_lacks_is_n_a_with_its_why_or_a_derived_line():
+    lightning = registry.get("lightning")
+    assert lightning.why_no_fix("as_shipped", "load_best") is None
+    assert "fsspec transaction" in lightning.why_no_fix("atomic", "load_best")
+    transformers = registry.get("transformers")
+    assert transformers.why_no_fix("atomic", "resume") is None  # load_best/atomic is for one workload only
+    assert "half-written" in transformers.why_no_fix("atomic", "load_best")
+    assert registry.get("torch_loop").why_no_fix("wait_for_everyone", "resume") == (
+        "framework=torch_loop has no way to do fix=wait_for_everyone for workload=resume"
+    )
 
 
-@pytest.mark.parametrize("framework, workload", CASES)
-def test_the_adapter_has_a_way_for_a_fix_exactly_when_its_cell_is_not_n_a(framework, workload):
-    scenario, wrong = neutral_scenario(workload), []
-    for fix in FIXES:
-        cfg = composed(f"framework={framework}", f"scenario={scenario}", f"fix={fix}")
-        assert cfg["workload"] == workload
-        if fix == "own":  # a class of yours, named on the command line (fix._target_=...)
-            cfg = {**cfg, "fix": {**cfg["fix"], "_target_": "yours.YourCheckpoint"}}
-        reason, way = not_applicable(cfg), fix_way(cfg)
-        if (way is None) != (reason is not None):
-            wrong.append(f"fix={fix}: " + (f"n/a ({reason}), yet the adapter does it" if reason else
-                                                "not n/a, yet the adapter has no way to do it: add a not_for line"))
-    assert not wrong, f"framework={framework} workload={workload}:\n  " + "\n  ".join(wrong)
+def test_a_capability_the_framework_lacks_is_said_in_its_line_or_a_derived_one():
+    fastai = registry.get("fastai")
+    assert fastai.why_lacking("load_best") is None and fastai.why_lacking("load_guard") is None
+    assert "no resume path" in fastai.why_lacking("resume")
+    assert fastai.why_lacking("sharded_state") == f"fastai has no {CAPABILITIES['sharded_state']}"

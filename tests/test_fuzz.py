@@ -136,7 +136,7 @@ FOUND_CONFIGS = [
     ["checkpoint.dir=${nope}"],  # a traceback (InterpolationKeyError)
     ["fix.name=a/b"],  # a run dir below another's
     ["rdzv.id=../x"],  # torch elastic's logs/<rdzv.id>_*/ outside the run dir
-    ["framework.adapter=os"],  # a module that is no adapter: every rank died
+    ["framework.name=os"],  # a framework that is not registered (was framework.adapter=os: every rank died)
     ["checkpoint.dir=/etc/passwd/x"],  # a folder inside a file
     # found by hand (issue 24, 2026-12-01), each a traceback, a harness error or a race before
     ["timeout.collective_s=0.5"],  # torch's rendezvous takes whole seconds: a traceback, exit 3

@@ -8,6 +8,7 @@ README's key table is made from this module: `python -m train.config` prints it.
 import math
 import sys
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Optional, get_args, get_origin
 
 from hydra.core.config_store import ConfigStore
@@ -16,7 +17,8 @@ from hydra.core.config_store import ConfigStore
 def key(default, doc, *, min=None, above=None, max=None, choices=None, only=None):
     """A config key: its default, one line on its meaning, and its allowed values. only: the runs that read it,
     {dotted key: values}; a user who sets it for another run is refused (train/launch/preflight.py)."""
-    meta = {"doc": doc, "min": min, "above": above, "max": max, "choices": choices, "only": only}
+    meta = {"doc": doc, "min": min, "above": above, "max": max, "choices": choices, "only": only,
+            "may_be_empty": default == []}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -164,6 +166,10 @@ class FixConfig:
                                         "fix=own", only={"fix.name": ["own"]})
     workloads: List[str] = key(["load_best"], "the workloads this fix is for (set by each fix); with another "
                                               "workload its cells are n/a", choices=["load_best", "resume"])
+    needs: List[str] = key([], "what the fix needs of a scenario (set by each fix): sync_save or async_save, how it "
+                               "saves (checkpoint.async_save); rotation, old checkpoints deleted (checkpoint.keep_last); "
+                               "in a scenario without it the cell is n/a (train/launch/plan.py)",
+                     choices=["sync_save", "async_save", "rotation"])
     kwargs: Dict[str, Any] = key({}, "fix=own: keyword arguments for your class's constructor, e.g. "
                                      "+fix.kwargs.wait_s=5; checked before any rank starts")
 
@@ -172,16 +178,9 @@ class FixConfig:
 class FrameworkConfig:
     name: str = key("fastai", "which framework's own save-best and load-at-the-end code runs, from "
                               "configs/framework/")
-    adapter: str = key("train.frameworks.fastai", "its adapter module (train/frameworks/): trains, saves and "
-                                                 "loads with that framework, faults at its public seams")
-    own_class_kinds: List[str] = key(["train.frameworks.fastai.callbacks.RaceSaveModelCallback"],
-                                     "with fix=own, the class named by fix._target_ must subclass one of "
-                                     "these (set by each framework)")
     zero_stage: int = key(1, "framework=deepspeed: ZeRO's stage (1: optimizer state partitioned, 2: gradients too, "
                              "3: parameters too); each rank saves its own partition", min=1, max=3,
                           only={"framework.name": ["deepspeed"]})
-    as_shipped_fix: str = key("barrier", "the fix a run gets when framework= is given and fix= is not: the "
-                                         "framework's code as shipped (set by each framework)")
 
 
 @dataclass
@@ -221,9 +220,11 @@ class TrainConfig:
     device: str = key("auto", "auto: cuda when at least world_size GPUs are visible, else cpu",
                       choices=["auto", "cpu", "cuda"])
     backend: str = key("auto", "auto: nccl on cuda, gloo on cpu", choices=["auto", "gloo", "nccl"])
-    not_for: Dict[str, str] = key({}, "fixes (or frameworks) a scenario does not apply to, and fixes a framework "
-                                      "has no seam for, each with the reason (set by scenarios and frameworks); "
-                                      "<workload>/<fix> for one workload only")
+    needs: List[str] = key([], "what a scenario needs of a framework besides its workload (set by each scenario): "
+                               "capabilities from train/frameworks/base.py's CAPABILITIES; where the framework "
+                               "has none, the cell is n/a with the framework's one-line why")
+    not_for: Dict[str, str] = key({}, "fixes a scenario does not apply to that no rule derives, each with the "
+                                      "reason (set by scenarios); <workload>/<fix> for one workload only")
     reproduces: Dict[str, List[str]] = key({}, "the public reports a scenario reproduces (repo#number), per framework "
                                                "they are about; all: those about every framework, torch's own "
                                                "among them (set by each scenario; each framework's matrix cites "
@@ -239,6 +240,9 @@ class TrainConfig:
     framework: FrameworkConfig = group(FrameworkConfig, "the framework under test (a config group)")
     fix: FixConfig = field(default_factory=FixConfig, metadata={"doc": "the fix: how the ranks sync (a config group)"})
     data: Any = field(default="???", metadata={"doc": "the data set (a config group)"})  # ???: set by the group
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"  # the Hydra config folder, beside train/
 
 
 def register():
@@ -309,7 +313,8 @@ def _check_value(path, value, tp, meta):
         return
     accepted, _, item = _kind(tp)
     if accepted is list:
-        ok = isinstance(value, list) and value and all(_ok_scalar(v, item, meta) for v in value)
+        ok = isinstance(value, list) and (value or meta.get("may_be_empty")) and all(_ok_scalar(v, item, meta)
+                                                                                   for v in value)
     elif accepted is dict:  # a string to each key (not_for), or a list of strings (reproduces)
         ok = isinstance(value, dict) and all(
             isinstance(k, str) and (item is Any or isinstance(v, str) if item in (str, Any) else

@@ -9,17 +9,15 @@ whole. A job whose config does not resolve or holds a bad value is not left out:
 """
 import copy
 import re
-from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from train.config import ConfigError, FixConfig, check
+from train.config import CONFIGS, ConfigError, FixConfig, check
 from train.launch.plan import n_a_line, not_applicable
 from train.report.files import write_json_atomic
 from train.report.run_records import NOT_RUN
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 _REPEAT = re.compile(r"^repeat=\d+$")  # a plain repeat label: no key the n/a rule reads can differ by it
 _FIX = re.compile(r"^fix=(\w+)$")  # a plain choice of the fix group
 KEPT = ("scenario", "framework", "fix", "skew", "world_size", "epochs", "seed", "repeat")  # what the report reads
@@ -69,9 +67,9 @@ def decide(cfg: dict):
     """The n/a line of the job's cell, as its job would print it, or None: the job runs (or refuses its config)."""
     try:
         check({k: v for k, v in cfg.items() if k != "scenario"})  # a bad value is the job's to refuse, never n/a
+        reason = not_applicable(cfg)  # a framework that is not registered: the job's to refuse too
     except ConfigError:
         return None
-    reason = not_applicable(cfg)
     return n_a_line(cfg["scenario"], cfg, reason) if reason else None
 
 

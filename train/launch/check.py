@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 
 from train.config import ConfigError, check
-from train.launch.defaults import CONFIGS, options, read_option, with_defaults_filled
-from train.launch.plan import check_config, not_applicable
+from train.frameworks.registry import register_configs
+from train.launch.defaults import CONFIGS, options, with_defaults_filled
+from train.launch.plan import check_config, framework_cannot, not_applicable, the_framework
 from train.launch.preflight import EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED, check_limits, check_used
 from train.report.check_card import card, markdown, result
 from train.report.files import write_json_atomic
@@ -59,6 +60,7 @@ def plan_check(argv: list) -> dict:
     Raises ConfigError (one line) for input that cannot work."""
     from hydra import initialize_config_dir
 
+    register_configs(CONFIGS)
     argv = with_defaults_filled(argv if _given(argv, "framework") else [*argv, "framework=fastai"])
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3", job_name="check"):
         return {**_plan(argv), "argv": argv}
@@ -75,14 +77,11 @@ def _plan(argv: list) -> dict:
     if _given(argv, "checkpoint.async_save") is not None:
         raise ConfigError("checkpoint.async_save: the check sets it scenario by scenario; say how your code saves "
                           "with check.saves=sync or check.saves=async")
-    framework_not_for = (read_option("framework", framework).get("not_for") or {})
-    # a fix n/a for the framework runs only in the scenarios that take it back (an async save's fixes, in its own)
-    taken_back = {s for s in scenarios if (read_option("scenario", s).get("not_for") or {}).get(fix) == ""}
-    if framework_not_for.get(fix) and not taken_back:
-        shipped = first["framework"]["as_shipped_fix"]
-        raise ConfigError(f"fix={fix}: n/a for framework={framework}: {framework_not_for[fix]}; "
-                          f"this runs: race-lab check framework={framework} fix={shipped}")
-    if framework_not_for.get(fix) and setup["saves"] == "sync":
+    contract = the_framework(first)
+    if not any(fix in fixes for fixes in contract.fixes.values()):
+        raise ConfigError(f"fix={fix}: n/a for framework={framework}: {contract.why_no_fix(fix, first['workload'])}; "
+                          f"this runs: race-lab check framework={framework} fix={contract.as_shipped_fix}")
+    if "async_save" in first["fix"]["needs"] and setup["saves"] == "sync":
         raise ConfigError(f"fix={fix}: a fix of an async save (check.saves=sync says yours are synchronous); this "
                           f"runs: race-lab check framework={framework} check.saves=async fix={fix}")
     if fix == "own":
@@ -92,7 +91,7 @@ def _plan(argv: list) -> dict:
             "setup": {"disks": setup["disks"], "restarts": setup["restarts"], "saves": setup["saves"]}}
     for name in scenarios:
         cfg = compose_scenario(argv, name)
-        workload, why_not_here = cfg["workload"], (read_option("scenario", name).get("not_for") or {}).get(framework)
+        workload, why_not_here = cfg["workload"], framework_cannot(cfg)
         if why_not_here:
             plan["left_out"].append({"name": name, "why": f"cannot happen in {framework}: {why_not_here}"})
         elif setup["disks"] == "shared" and cfg["checkpoint"]["node_local"]:

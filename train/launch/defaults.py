@@ -1,6 +1,6 @@
 """Defaults that run: the command line a user types, with what it leaves out filled in so that it reaches a verdict.
 
-- `framework=lightning` alone runs Lightning as shipped (its `framework.as_shipped_fix`), not the default fix,
+- `framework=lightning` alone runs Lightning as shipped (its contract's `as_shipped_fix`), not the default fix,
   which is fastai's.
 - `scenario=crash_mid_save` alone (a scenario of `workload: resume`) runs a framework that resumes: torch_loop,
   with its own as-shipped fix.
@@ -8,12 +8,13 @@ Only a single value is filled in from another: a sweep over frameworks (`framewo
 Read before Hydra composes (from configs/), so Hydra sees an ordinary command line.
 """
 import re
-from pathlib import Path
+from dataclasses import asdict
 
 import yaml
 from omegaconf import OmegaConf
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+from train.config import CONFIGS
+
 RESUMING_FRAMEWORK = "torch_loop"  # the framework a resume scenario gets when none is given: its loop only resumes
 _CHOICE = re.compile(r"^(?:\+{0,2})(framework|scenario|fix)=(.*)$")
 
@@ -52,7 +53,7 @@ def with_defaults_filled(argv: list) -> list:
         framework = RESUMING_FRAMEWORK
         added.append(f"framework={framework}")
     if "fix" not in chosen and _one_name(framework):
-        fix = (read_option("framework", framework).get("framework") or {}).get("as_shipped_fix")
+        fix = as_shipped_fix(framework)
         if fix:
             added.append(f"fix={fix}")
     return _beside_the_overrides(list(argv), added)
@@ -75,24 +76,38 @@ def options(group: str) -> list:
     return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
 
 
+def as_shipped_fix(framework: str):
+    """The fix that runs a registered framework's code as shipped (its contract's), or None for a name that is no
+    framework: the config's checks say so, in one line."""
+    from train.frameworks.registry import NotAFramework, get
+
+    try:
+        return get(framework).as_shipped_fix
+    except NotAFramework:
+        return None
+
+
 def a_command_that_runs(scenario: str, framework: str) -> str:
     """For a scenario x framework x fix that is n/a: the nearest command that runs, this framework with another fix
-    (its as-shipped one first), else another framework; or "" when none does. Read from configs/, as Hydra composes
-    them (the framework's values, then the scenario's)."""
+    (its as-shipped one first), else another framework; or "" when none does. Read from configs/ and the
+    frameworks' contracts, on the schema's defaults, as Hydra composes them."""
+    from train.config import CheckpointConfig, FixConfig, TrainConfig
+    from train.frameworks.registry import names
     from train.launch.plan import not_applicable
 
     scenario_cfg = read_option("scenario", scenario)
     resumes = scenario_cfg.get("workload") == "resume"
-    frameworks = list(dict.fromkeys([framework, *([RESUMING_FRAMEWORK] if resumes else []), *options("framework")]))
+    frameworks = list(dict.fromkeys([framework, *([RESUMING_FRAMEWORK] if resumes else []), *names()]))
+    checkpoint = {**asdict(CheckpointConfig()), **(scenario_cfg.get("checkpoint") or {})}
     for name in frameworks:
-        framework_cfg = read_option("framework", name)
-        shipped = (framework_cfg.get("framework") or {}).get("as_shipped_fix")
-        for fix in [shipped] + [f for f in options("fix") if f not in (shipped, "own")]:
-            fix_cfg = read_option("fix", fix)
-            cfg = {"fix": {"name": fix, "workloads": fix_cfg.get("workloads", ["load_best"])},
-                   "framework": {"name": name},
-                   "workload": scenario_cfg.get("workload") or framework_cfg.get("workload") or "load_best",
-                   "not_for": {**(framework_cfg.get("not_for") or {}), **(scenario_cfg.get("not_for") or {})}}
-            if fix and not not_applicable(cfg):
+        shipped = as_shipped_fix(name)
+        if shipped is None:  # not registered, or its contract is broken: it runs nothing
+            continue
+        for fix in [shipped, *(f for f in options("fix") if f not in (shipped, "own"))]:
+            fix_cfg = {**asdict(FixConfig()), **read_option("fix", fix)}
+            cfg = {"fix": fix_cfg, "framework": {"name": name}, "checkpoint": checkpoint,
+                   "workload": scenario_cfg.get("workload") or TrainConfig.workload,
+                   "needs": scenario_cfg.get("needs") or [], "not_for": scenario_cfg.get("not_for") or {}}
+            if not not_applicable(cfg):
                 return f"race-lab scenario={scenario} framework={name} fix={fix}"
     return ""

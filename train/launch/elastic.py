@@ -20,7 +20,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from train.events import EventLog, read_events
 from train.judge.crash_loop import crash_loop
-from train.launch.forkserver import ensure_forkserver
+from train.launch.forkserver import ensure_forkserver, framework_modules
 from train.launch.nodes import rank_start_method
 from train.launch.preflight import first_line
 from train.launch.quiet import quiet_console
@@ -248,7 +248,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         # blink. train/launch/forkserver.py may have started it already, with every framework the command line names.
         # Started here (a side-by-side job's worker), it preloads the node agents' code too: a later
         # two-node job of the worker forks them from it (train/launch/nodes.py)
-        ensure_forkserver([cfg["framework"]["adapter"]], nodes_here=True)
+        ensure_forkserver(framework_modules(cfg["framework"]["name"]), nodes_here=True)
         # started now, not at the first rank inside quiet_console: the server, and the node agents and ranks it
         # forks, keep the console as their stderr, not this run's logs/launcher.log (returns at once)
         forkserver.ensure_running()

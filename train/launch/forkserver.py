@@ -1,5 +1,5 @@
-"""Start the forkserver's preload (torch, the data: train/rank/preload.py, and the run's framework adapter, which
-imports fastai, Lightning, transformers or Accelerate) before the launcher
+"""Start the forkserver's preload (torch, the data: train/rank/preload.py, and the run's framework's modules, which
+import fastai, Lightning, transformers, Accelerate or DeepSpeed) before the launcher
 imports torch and Hydra composes the config, so the two start-ups overlap instead of adding up.
 
 Only the command line is known this early, so this reads it, and the chosen scenario's file, for
@@ -12,11 +12,11 @@ This module imports nothing heavy: the launcher never imports fastai.
 """
 import atexit
 import os
-import re
 import signal
-from pathlib import Path
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+from train.config import CONFIGS
+from train.frameworks.registry import NotAFramework, get
+
 
 
 def forkserver_wanted(argv) -> bool:
@@ -40,22 +40,23 @@ def scenario_texts(value: str) -> list:
 
 
 def adapters_named(argv) -> list:
-    """The adapter modules of the frameworks that the command line picks (framework=a,b in a sweep),
-    read from their configs/framework/ files; none named: the default, fastai's."""
+    """The modules of the frameworks that the command line picks (framework=a,b in a sweep), from their contracts
+    (train/frameworks/registry.py); none named: the default, fastai's."""
     names = ["fastai"]
     for arg in argv:
         key, _, value = arg.lstrip("+~").partition("=")
         if key == "framework":
             names = [name.strip() for name in value.split(",")]
-        elif key == "framework.adapter":
-            return [value]
-    adapters = []
-    for name in names:
-        path = CONFIGS / "framework" / f"{name}.yaml"
-        found = re.search(r"^\s*adapter:\s*(\S+)", path.read_text(), re.M) if path.is_file() else None
-        if found:  # an unknown name is the config's error to report, later
-            adapters.append(found.group(1))
-    return adapters
+    return [module for name in names for module in framework_modules(name)]
+
+
+def framework_modules(name: str) -> list:
+    """What the forkserver imports for framework `name` (its contract's modules); none for a name that is no
+    framework: the config's checks say so, later, in one line."""
+    try:
+        return get(name).modules()
+    except NotAFramework:
+        return []
 
 
 def nodes_here_named(argv) -> bool:

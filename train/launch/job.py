@@ -15,7 +15,8 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from train.config import ConfigError, check
+from train.config import CONFIGS, ConfigError, check
+from train.frameworks.registry import register_configs
 from train.launch import nodes, sweep
 from train.launch.defaults import a_command_that_runs
 from train.launch.experiment import run_experiment
@@ -34,7 +35,6 @@ from train.launch.preflight import (
 from train.report import node_records
 from train.report.files import write_json_atomic
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 PLUGINS = str(Path(__file__).resolve().parent / "plugins")  # its hydra_plugins/: the sweeper configs/train.yaml names
 if PLUGINS not in sys.path:  # Hydra looks for plugins in the hydra_plugins namespace, on sys.path
     sys.path.append(PLUGINS)
@@ -69,9 +69,9 @@ def run_job(dict_cfg) -> str:
     scenario, framework = hydra_cfg.runtime.choices.get("scenario"), cfg["framework"]["name"]
     try:
         check(cfg)  # each key in its range first: a bad value is refused, never taken for an n/a cell
+        reason = not_applicable(cfg)  # a framework that is not registered, or whose contract is broken: refused
     except ConfigError as e:
         return refuse(e)
-    reason = not_applicable(cfg)
     if reason:  # a combination that makes no sense: not run, and not a failure of a sweep
         why = n_a_line(scenario, cfg, reason)
         if not in_sweep:
@@ -129,6 +129,7 @@ def run_job(dict_cfg) -> str:
     return "ok"
 
 
+register_configs(CONFIGS)  # `framework=<name>` for a framework of yours, registered with no file in configs/
 main = hydra.main(config_path=str(CONFIGS), config_name="train", version_base="1.3")(run_job)
 
 

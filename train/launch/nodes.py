@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 
 from train.config import ConfigError
-from train.launch.forkserver import ensure_forkserver
+from train.launch.forkserver import ensure_forkserver, framework_modules
 from train.report.node_records import (
     MERGED_INTO,
     NODE_SUMMARY,
@@ -180,7 +180,7 @@ def run_nodes_here(cfg: dict, plan: dict, run_dir: Path, events, run_node, disk:
     dirs = [node_dir(run_dir, k) for k in range(cfg["nnodes"])]
     method = cfg["launch"]["start_method"]
     if method == "forkserver":
-        ensure_forkserver([cfg["framework"]["adapter"]], nodes_here=True)
+        ensure_forkserver(framework_modules(cfg["framework"]["name"]), nodes_here=True)
     context = multiprocessing.get_context(method)
     agents = [context.Process(target=node_agent, name=f"node{k}", args=(
         node_config(cfg, k, endpoint), plan, str(d), echo, disk, str(run_dir), run_node)) for k, d in enumerate(dirs)]

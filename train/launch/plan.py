@@ -7,7 +7,8 @@ with one line that names the key and the value.
 from dataclasses import dataclass
 
 from train.config import ConfigError, check
-from train.frameworks import ENTRY, adapter_functions
+from train.frameworks.base import CAPABILITIES
+from train.frameworks.registry import NotAFramework, get
 
 RANKS_PER_CORE = 4  # more CPU ranks than this per core only with launch.oversubscribe=true
 RANK_MEMORY_MIB = 600  # what one CPU rank needs (torch, fastai, a small model), measured here: ~450 MiB
@@ -66,14 +67,14 @@ def check_config(cfg: dict) -> None:
                        ("framework.name", cfg["framework"]["name"]), ("rdzv.id", cfg["rdzv"]["id"])):
         _require(is_name(value), key, value, "must be a name, not a path: 1 to 200 characters, no '/' or NUL, "
                  "not '.' or '..'")  # each becomes part of a file or folder name
-    framework, workload = cfg["framework"], cfg["workload"]
-    defined = adapter_functions(framework["adapter"])
-    _require(defined, "framework.adapter", framework["adapter"], "must name an adapter module, one that defines "
-             "fit_and_load or fit_and_resume (train/frameworks/ has one per framework)")
-    _require(ENTRY[workload] in defined, "workload", workload, f"framework={framework['name']} has no {workload} "
-             f"path: its adapter {framework['adapter']} defines no {ENTRY[workload]}")
-    _require(framework["name"] == "fastai" or cfg["data"]["name"] == "digits", "data", cfg["data"]["name"],
-             f"framework={framework['name']} trains on data=digits only")
+    framework, workload = the_framework(cfg), cfg["workload"]
+    _require(workload in framework.workloads, "workload", workload, f"framework={framework.name} has no {workload} "
+             f"path: {framework.why_lacking(workload)}")
+    unknown = [need for need in cfg["needs"] if need not in CAPABILITIES]
+    _require(not unknown, "needs", unknown, f"each must be one of {', '.join(CAPABILITIES)} "
+             "(train/frameworks/base.py's CAPABILITIES)")
+    _require(framework.name == "fastai" or cfg["data"]["name"] == "digits", "data", cfg["data"]["name"],
+             f"framework={framework.name} trains on data=digits only")
     data = cfg["data"]
     if "classes" in data:
         _require(len(data["classes"]) == 2 and len(set(data["classes"])) == 2, "data.classes", data["classes"],
@@ -84,17 +85,58 @@ WORKLOAD_WORDS = {"load_best": "the load of the best at the end (workload=load_b
                   "resume": "the resume after a restart (workload=resume)"}
 
 
+def the_framework(cfg: dict):
+    """The run's framework (train/frameworks/registry.py); ConfigError when none is registered by that name."""
+    try:
+        return get(cfg["framework"]["name"])
+    except NotAFramework as e:
+        raise ConfigError(str(e)) from None
+
+
+def framework_cannot(cfg: dict):
+    """Why the scenario cannot happen in the run's framework, whatever the fix: it needs a workload or a capability
+    the framework lacks ("needs <it>; <framework> has none: <the framework's one-line why>"), or None."""
+    framework = the_framework(cfg)
+    for need in [cfg["workload"], *cfg.get("needs", [])]:
+        why = framework.why_lacking(need)
+        if why:
+            return f"needs {need}; {framework.name} has none: {why}"
+    return None
+
+
+# what a fix may need of a scenario (fix.needs): whether the scenario's config gives it, and the words for it
+SCENARIO_GIVES = {
+    "sync_save": (lambda cfg: not cfg["checkpoint"]["async_save"],
+                  "synchronous saves (this scenario saves async: checkpoint.async_save)"),
+    "async_save": (lambda cfg: cfg["checkpoint"]["async_save"],
+                   "an async save (checkpoint.async_save; this scenario saves synchronously)"),
+    "rotation": (lambda cfg: cfg["checkpoint"]["keep_last"] > 0,
+                 "old checkpoints deleted (nothing rotates here: checkpoint.keep_last=0)"),
+}
+
+
 def not_applicable(cfg: dict):
-    """Why this scenario x fix x framework makes no sense (its cell is n/a, not run), or None: the scenario's or
-    the framework's not_for names the fix for this workload (`resume/atomic`) or for any, or the framework, or
-    the fix is not for the run's workload."""
-    fix, framework, workload = cfg["fix"]["name"], cfg["framework"]["name"], cfg["workload"]
-    not_for = cfg["not_for"]
-    reason = not_for.get(f"{workload}/{fix}") or not_for.get(fix) or not_for.get(framework)
-    if reason or workload in cfg["fix"]["workloads"]:
-        return reason
-    words = [WORKLOAD_WORDS.get(w, f"workload={w}") for w in cfg["fix"]["workloads"]] or ["no workload"]
-    return f"a fix of {' and '.join(words)}; this run's is {WORKLOAD_WORDS.get(workload, f'workload={workload}')}"
+    """Why this scenario x fix x framework makes no sense (its cell is n/a, not run), or None. In this order:
+    the scenario's own not_for line for the fix (`resume/atomic`: for one workload), where no rule derives it;
+    the scenario needs a workload or capability the framework lacks (the framework's one-line why); the fix is
+    not for the run's workload; the fix needs what the scenario does not do (SCENARIO_GIVES); the framework has
+    no way to do the fix (its contract's fixes, and its why where it has one)."""
+    fix, workload, not_for = cfg["fix"]["name"], cfg["workload"], cfg["not_for"]
+    framework = the_framework(cfg)
+    written = not_for.get(f"{workload}/{fix}") or not_for.get(fix)
+    if written:
+        return written
+    cannot = framework_cannot(cfg)
+    if cannot:
+        return cannot
+    if workload not in cfg["fix"]["workloads"]:
+        words = [WORKLOAD_WORDS.get(w, f"workload={w}") for w in cfg["fix"]["workloads"]] or ["no workload"]
+        return f"a fix of {' and '.join(words)}; this run's is {WORKLOAD_WORDS.get(workload, f'workload={workload}')}"
+    for need in cfg["fix"].get("needs", []):
+        gives, words = SCENARIO_GIVES[need]
+        if not gives(cfg):
+            return f"fix={fix} needs {words}"
+    return framework.why_no_fix(fix, workload)
 
 
 def n_a_line(scenario, cfg: dict, reason: str) -> str:

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from train.events import EventLog, attempt, elastic_restart_count, set_attempt
 from train.faults import Faults
-from train.frameworks import entry
+from train.frameworks.registry import get as framework_named
 from train.toolkit import hang
 from train.toolkit.rank import Rank, node_disk, say
 from train.torch_private import default_store
@@ -40,7 +40,8 @@ def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
     dist.init_process_group(plan["backend"], timeout=timeout, device_id=device if device.type == "cuda" else None,
                             **attempt_store(rank, cfg["world_size"], agent))
 
-    entry(cfg)(Rank(cfg, plan, run_dir, events, Faults(cfg, events, say), device))
+    framework = framework_named(cfg["framework"]["name"])()
+    framework.run(cfg["workload"], Rank(cfg, plan, run_dir, events, Faults(cfg, events, say), device))
 
     wait_for_every_rank(cfg["world_size"], cfg["timeout"]["collective_s"] + 10)
     events.record("rank_end")

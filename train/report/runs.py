@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from train.config import CONFIGS
 from train.events import read_events
 from train.judge.vocabulary import OUTCOMES, saves
 from train.report import rates
@@ -20,7 +21,6 @@ from train.report.race_vs_skew import plot_race_vs_skew
 from train.report.run_records import NOT_RUN, find_runs, fix_name, read_not_run, read_summary, unreadable
 from train.report.timeline import draw_timeline
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 FIELDS = ["job", "scenario", "framework", "fix", "skew_s", "skew_rank", "world_size", "epochs", "seed", "repeat", "status",
           "verdict", "replicas", *(f"n_{o}" for o in OUTCOMES), "nonsaver_wait_s",
           "nonsaver_read_vs_save_end_s", "wall_s", "note"]

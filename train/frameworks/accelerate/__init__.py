@@ -1,6 +1,7 @@
 """Accelerate: save_state of the best, load_state at the end (load_best.py); load_state at the start of every
-attempt (resume.py)."""
-from train.frameworks.accelerate.load_best import fit_and_load
-from train.frameworks.accelerate.resume import fit_and_resume
+attempt (resume.py).
 
-__all__ = ["fit_and_load", "fit_and_resume"]
+Importing the package imports only its contract (framework.py), never the framework."""
+from train.frameworks.accelerate.framework import Accelerate
+
+__all__ = ["Accelerate"]

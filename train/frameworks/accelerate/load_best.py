@@ -259,7 +259,7 @@ class Way:
     leads: bool = False  # Rank0Leads (rank0_leads.py): its save, and its load_best in place of the sync and load
 
 
-# the dispatch: fix.name -> how the loop does it (configs/framework/accelerate.yaml's not_for says which apply)
+# the dispatch: fix.name -> how the loop does it (framework.py names these fixes, and why it lacks others)
 BY_FIX = {
     "as_shipped": Way(),
     "wait_for_everyone": Way(sync=AccelerateRun.sync_barrier),

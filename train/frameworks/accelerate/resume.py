@@ -23,7 +23,7 @@ Seams (public, on every rank):
       through faults.resume_write, and empties `weights` (the override the hook's docs describe).
   The rotation runs inside save_state, before its pre-hook: the hook records the folders gone since the save began.
 No public seam lets one rank list other names than its peer inside load_state (it calls os.listdir itself), and
-there is no pointer: resume_disagree and pointer_first are n/a (their not_for lines).
+there is no pointer: resume_disagree and pointer_first are n/a (framework.py's lacks: listing, pointer).
 
 Fixes (cfg["fix"]["name"]), each from train/fixes.py:
   as_shipped  the pattern above
@@ -67,7 +67,7 @@ class Way:
     leads: bool = False  # Rank0Leads: its save and its resume
 
 
-# the dispatch: fix.name -> how the loop does it (configs/framework/accelerate.yaml's not_for says which apply)
+# the dispatch: fix.name -> how the loop does it (framework.py names these fixes, and why it lacks others)
 BY_FIX = {
     "as_shipped": Way(),
     "atomic": Way(write=atomic_write),

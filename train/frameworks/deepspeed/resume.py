@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import train.frameworks.deepspeed.accelerator  # noqa: F401  (DS_ACCELERATOR before deepspeed)
 import deepspeed
 import torch
 import torch.distributed as dist
@@ -67,7 +68,7 @@ class Way:
     each_node: bool = False  # checkpoint.use_node_local_storage: each node's local rank 0 writes the model file too
 
 
-# the dispatch: fix.name -> how the loop does it (configs/framework/deepspeed.yaml's not_for says which apply)
+# the dispatch: fix.name -> how the loop does it (framework.py names these fixes, and why it lacks others)
 BY_FIX = {"as_shipped": Way(), "atomic": Way(tag_last=True), "agreed": Way(agreed=True),
           "manifest": Way(tag_last=True, manifest=True),
           "node_local_storage": Way(tag_last=True, manifest=True, each_node=True)}
@@ -91,7 +92,7 @@ class DeepSpeedResume:
         self.epoch, self.tag = None, None  # the save under way
 
     def run(self):
-        cfg, data = self.cfg, self.cfg["data"]
+        cfg = self.cfg
         start_attempt(self.rank, self.folder)
         if cfg["fault"]["older_run"] and attempt() == 0:
             from train.frameworks.deepspeed.older import plant_older_run

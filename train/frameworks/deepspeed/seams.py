@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 
 import torch
+
+import train.frameworks.deepspeed.accelerator  # noqa: F401  (DS_ACCELERATOR before deepspeed)
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
 SHARD = re.compile(r"^zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$")  # one rank's ZeRO partition

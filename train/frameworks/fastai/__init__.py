@@ -1,5 +1,7 @@
 """fastai: SaveModelCallback(every='improvement') saves the best on rank 0 and every rank loads it at the end
-(the seed). Its fixes are SaveModelCallback subclasses (callbacks.py)."""
-from train.frameworks.fastai.load_best import fit_and_load
+(the seed): load_best.py. Its fixes are SaveModelCallback subclasses (callbacks.py).
 
-__all__ = ["fit_and_load"]
+Importing the package imports only its contract (framework.py), never the framework."""
+from train.frameworks.fastai.framework import Fastai
+
+__all__ = ["Fastai"]

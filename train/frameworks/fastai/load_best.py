@@ -15,7 +15,7 @@ import train.frameworks.fastai.callbacks  # noqa: F401  (the fixes, imported onc
 import train.frameworks.fastai.observed  # noqa: F401  (fix=rank0_leads: rank0_leads.py, the file users copy)
 from train.frameworks.fastai.data import CHANNELS, make_dls
 from train.frameworks.fastai.gloo import distrib_ctx
-from train.frameworks import CLASS_NAMED
+from train.frameworks.base import CLASS_NAMED
 from train.toolkit.rank import Rank, checkpoint_dir, named_class
 
 

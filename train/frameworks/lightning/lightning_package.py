@@ -1,20 +1,25 @@
 """Which Lightning runs: pytorch_lightning, or the `lightning` package's lightning.pytorch (what Lightning's docs
 import now). The two are separate copies of the same code: a Trainer takes only plugins, callbacks, a strategy
 and a LightningModule of its own copy. So a class of yours (fix=own) whose bases come from the lightning package
-(lightning.pytorch, lightning.fabric) runs under lightning.pytorch's Trainer: load_best.py is loaded a second
-time, with every pytorch_lightning and lightning_fabric in its source read as lightning.pytorch and
-lightning.fabric. One source for both, so nothing is kept in step by hand; everything else runs pytorch_lightning.
+(lightning.pytorch, lightning.fabric) runs under lightning.pytorch's Trainer: load_best.py is imported a second
+time, under another module name, while each pytorch_lightning and lightning_fabric module in sys.modules stands for
+its lightning.pytorch or lightning.fabric twin, so its `import pytorch_lightning ...` lines bind the twins. Its
+source is neither read nor changed: Python's import system does the binding (sys.modules is its public cache).
+Everything else runs pytorch_lightning.
 """
+
+import importlib
+import importlib.util
 import sys
 import types
-from pathlib import Path
+from contextlib import contextmanager
 
 from train.frameworks.lightning import load_best
 from train.toolkit.rank import Rank, named_class
 
-BY_FIX = load_best.BY_FIX  # the dispatch (train.frameworks.fix_way reads it here): load_best's, for either copy
-RENAMED = {"pytorch_lightning": "lightning.pytorch", "lightning_fabric": "lightning.fabric"}
-UNDER_LIGHTNING = "train.frameworks.lightning.load_best_under_lightning"  # the second load's module name
+BY_FIX = load_best.BY_FIX  # the dispatch, load_best's, for either copy (tests/test_fix_support.py reads it here)
+TWINS = {"pytorch_lightning": "lightning.pytorch", "lightning_fabric": "lightning.fabric"}
+UNDER_LIGHTNING = "train.frameworks.lightning.load_best_under_lightning"  # the second import's module name
 
 
 def fit_and_load(rank: Rank):
@@ -30,17 +35,33 @@ def written_for_lightning(cfg: dict) -> bool:
     return any(c.__module__.partition(".")[0] == "lightning" for c in named_class(cfg["fix"]["_target_"]).__mro__)
 
 
+@contextmanager
+def twins_in_place():
+    """While it lasts, every pytorch_lightning.* and lightning_fabric.* in sys.modules is its twin module."""
+    standing_in = {}
+    for name in [name for name in sys.modules if name.partition(".")[0] in TWINS]:
+        head, dot, rest = name.partition(".")
+        try:
+            twin = importlib.import_module(TWINS[head] + dot + rest)
+        except ImportError:  # a module of one copy only: the other's stays
+            continue
+        standing_in[name] = sys.modules[name]
+        sys.modules[name] = twin
+    try:
+        yield
+    finally:
+        sys.modules.update(standing_in)
+
+
 def under_lightning() -> types.ModuleType:
-    """load_best.py, loaded once more with lightning.pytorch in place of pytorch_lightning (once a process)."""
+    """load_best.py imported once more with lightning.pytorch in place of pytorch_lightning (once a process)."""
     if UNDER_LIGHTNING not in sys.modules:
-        source = Path(load_best.__file__).read_text(encoding="utf-8")
-        for old, new in RENAMED.items():
-            source = source.replace(old, new)
-        module = types.ModuleType(UNDER_LIGHTNING, load_best.__doc__)
-        module.__file__ = load_best.__file__
+        spec = importlib.util.spec_from_file_location(UNDER_LIGHTNING, load_best.__file__)
+        module = importlib.util.module_from_spec(spec)
         sys.modules[UNDER_LIGHTNING] = module  # before it runs: its dataclasses look their module up there
         try:
-            exec(compile(source, load_best.__file__, "exec"), module.__dict__)  # noqa: S102  (our own file)
+            with twins_in_place():
+                spec.loader.exec_module(module)
         except BaseException:
             del sys.modules[UNDER_LIGHTNING]
             raise

@@ -319,8 +319,7 @@ class Way:
     skips: tuple = ()  # the errors by which the class under test says that every rank agreed not to load
 
 
-# the dispatch: fix.name -> how the adapter does it (configs/framework/lightning.yaml's not_for says why the
-# other fixes are n/a)
+# the dispatch: fix.name -> how the adapter does it (framework.py names these fixes, and why it lacks others)
 BY_FIX = {
     "as_shipped": Way(),
     "broadcast": Way(broadcast=True),

@@ -281,8 +281,7 @@ class LightningResume:
         return max(last, key=modified) if last else None
 
 
-# the dispatch: fix.name -> the ckpt_path that fit(ckpt_path=...) is given (configs/framework/lightning.yaml's
-# not_for says why the other fixes are n/a)
+# the dispatch: fix.name -> the ckpt_path that fit(ckpt_path=...) is given (framework.py names these fixes)
 BY_FIX = {"as_shipped": LightningResume.last_each_rank_finds, "agreed": LightningResume.last_rank0_finds,
           "rank0_leads": LightningResume.last_rank0_leads}
 

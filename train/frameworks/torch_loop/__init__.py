@@ -1,4 +1,6 @@
-"""No framework: a plain DDP loop that only resumes (workload=resume), with the fixes written in it (resume.py)."""
-from train.frameworks.torch_loop.resume import fit_and_resume
+"""No framework: a plain DDP loop that only resumes (workload=resume), with the fixes written in it (resume.py).
 
-__all__ = ["fit_and_resume"]
+Importing the package imports only its contract (framework.py), never the framework."""
+from train.frameworks.torch_loop.framework import TorchLoop
+
+__all__ = ["TorchLoop"]

@@ -66,7 +66,7 @@ class Way:
     leads: bool = False  # the helper users copy saves, rotates and resumes (rank0_leads.py, observed)
 
 
-# the dispatch: fix.name -> how the loop does it (configs/framework/torch_loop.yaml's not_for says which apply)
+# the dispatch: fix.name -> how the loop does it (framework.py names these fixes, and why it lacks others)
 BY_FIX = {
     "in_place": Way(),
     "atomic": Way(write=atomic_write),
@@ -76,8 +76,8 @@ BY_FIX = {
     "rank0_rotates": Way(rank0_rotates=True),
     "rank0_leads": Way(leads=True),
 }
-# the async save's fixes: only where a scenario saves async (configs/framework/torch_loop.yaml's not_for marks
-# them n/a elsewhere, and the async scenarios take that back); async_save.py does them, from train/fixes.py
+# the async save's fixes: only where a scenario saves async (their configs' needs: [async_save]); async_save.py
+# does them, from train/fixes.py
 ASYNC_FIXES = {name: Way(dcp=True) for name in ASYNC_FIX_NAMES}
 POINTER = "latest"  # DeepSpeed's name for it
 

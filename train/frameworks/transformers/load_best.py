@@ -69,8 +69,7 @@ class Way:
     leads: bool = False  # Rank0LeadsTrainer (rank0_leads.py): rank 0 decides, reads and sends, in its log()
 
 
-# the dispatch: fix.name -> how the adapter does it (configs/framework/transformers.yaml's not_for says why the
-# other fixes are n/a)
+# the dispatch: fix.name -> how the adapter does it (framework.py names these fixes, and why it lacks others)
 BY_FIX = {
     "as_shipped": Way(),
     "save_on_each_node": Way(save_on_each_node=True),

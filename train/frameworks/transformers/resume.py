@@ -63,8 +63,7 @@ class Way:
     leads: bool = False  # Rank0LeadsTrainer: its marker, its rotation, rank 0's pick of the newest complete one
 
 
-# the dispatch: fix.name -> how the resume does it (configs/framework/transformers.yaml's not_for says why the
-# other fixes are n/a)
+# the dispatch: fix.name -> how the resume does it (framework.py names these fixes, and why it lacks others)
 BY_FIX = {
     "as_shipped": Way(),
     "atomic": Way(write=atomic_write),

@@ -1,0 +1,30 @@
+"""fastai's contract (train/frameworks/base.py): SaveModelCallback(every='improvement') saves the best on rank 0
+and every rank loads it when fit ends (the seed); each fix is a SaveModelCallback subclass (callbacks.py)."""
+
+from train.frameworks.base import Framework, OwnBase
+
+# the fixes that are a SaveModelCallback subclass of callbacks.py's, each named by its config's fix._target_
+CALLBACKS = ("unsynced", "barrier", "poll", "atomic", "agreed", "broadcast", "dcp", "save_on_each_node", "rank0_leads")
+
+
+class Fastai(Framework):
+    name = "fastai"
+    distribution = "fastai"
+    workloads = {"load_best": "train.frameworks.fastai.load_best:fit_and_load"}
+    as_shipped_fix = "barrier"  # fastai 2.8's Learner.load, with its distrib_barrier before the read
+    fixes = {"load_best": frozenset({*CALLBACKS, "own"})}  # own: a SaveModelCallback subclass of yours
+    no_fix = {
+        "as_shipped": "fastai as shipped is fix=barrier (fastai 2.8's Learner.load with its distrib_barrier)",
+        "wait_for_everyone": "accelerate's barrier between save_state and load_state; fastai's is fix=barrier",
+    }
+    provides = frozenset({"load_guard", "rank_read_at_save"})
+    lacks = {
+        "resume": "fastai's SaveModelCallback keeps the best and loads it at the end; fastai has no resume path here"
+    }
+    own_bases = (
+        OwnBase(
+            "train.frameworks.fastai.callbacks.RaceSaveModelCallback",
+            positional=("events", "faults", "checkpoint"),
+            keywords=("timeout_s",),
+        ),
+    )

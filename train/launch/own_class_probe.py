@@ -1,0 +1,72 @@
+"""The class check's other process (own_class.py runs it with `python -P -m`): import the class of yours that
+fix._target_ names, find which of the framework's bases it subclasses, and bind (or, for a base that gets
+fix.kwargs alone, build) it with the arguments it will get. Exits with one line on stderr when it cannot.
+
+    python -P -m train.launch.own_class_probe TARGET KWARGS_JSON BASES_JSON
+
+BASES_JSON: {dotted base: [positional names, keyword names]}. It imports as a rank does (train/rank/entry.py):
+race-lab's own `train` first (-P keeps the folder run from off sys.path until then), then that folder."""
+
+import importlib
+import inspect
+import json
+import os
+import sys
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def resolve(dotted: str):
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def probe(target: str, kwargs: dict, bases: dict) -> str:
+    """'' when the class will do, else why not (one line)."""
+    module, _, name = target.rpartition(".")
+    if not module:
+        return "is not a dotted path package.module.Class"
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except AttributeError:
+        try:
+            importlib.import_module(target)
+        except Exception:
+            return f"does not import (no {name} in {module})"
+        return "is a module, not a class"
+    except Exception as e:
+        return f"does not import ({first_line(e)})"
+    if not isinstance(found, type):
+        return f"is {type(found).__name__}, not a subclass of " + " or ".join(bases)
+
+    def loaded(base):  # its framework is imported by the class already: try that base first
+        return base.partition(".")[0] in sys.modules
+
+    base = next((base for base in sorted(bases, key=loaded, reverse=True) if issubclass(found, resolve(base))), None)
+    if base is None:
+        return "is a class of another kind, not a subclass of " + " or ".join(bases)
+    positional, keywords = bases[base]
+    try:
+        inspect.signature(found).bind(*positional, **dict.fromkeys(keywords), **kwargs)
+    except TypeError as e:
+        missing = str(e).partition("missing a required argument: ")[2].strip("'")
+        return f"cannot be built: {e}" + (
+            f" (give it with +fix.kwargs.{missing}=VALUE)" if missing.isidentifier() else ""
+        )
+    except ValueError:
+        pass  # no signature to read (a builtin's): the build below, or the ranks, will tell
+    if not positional and not keywords:
+        try:
+            found(**kwargs)
+        except Exception as e:
+            return f"cannot be built ({first_line(e)})"
+    return ""
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.getcwd())  # the folder run from, after race-lab's own train (imported above)
+    why = probe(sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]))
+    sys.exit(why or None)
