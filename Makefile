@@ -10,7 +10,7 @@ EDITABLE := $(VENV)/.editable-$(shell sha256sum pyproject.toml | cut -c1-12)
 NOW    := $(shell date +%Y-%m-%d_%H-%M-%S)
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock run sweep matrix measured check findings stability report bench test test-fast fuzz mutants clean distclean
+.PHONY: help install lock run sweep matrix measured check findings stability report bench lint test test-fast fuzz mutants clean distclean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F":.*## " "{printf \"  make %-16s %s\\n\", \$$1, \$$2}"
@@ -104,10 +104,21 @@ bench: install ## time to verdict: each figure beside its goal, vs a plain torch
 # shared sweep runs once); 1: one file after another. Default 2, one per core of CI's 2-core machine.
 WORKERS ?= 2
 workers  = $(if $(filter-out 1,$(WORKERS)),-n $(WORKERS) --dist loadfile)
-test: install ## run the whole test suite, as CI does (real multi-rank gloo jobs, the matrix, the engine tier) [WORKERS=2]
+# FORMATTED: the modules held to ruff's formatter (the framework contract and what was written after it); the older
+# ones keep their hand-aligned lines, and ruff's lint covers every file (pyproject.toml's [tool.ruff])
+FORMATTED = train/frameworks/base.py train/frameworks/registry.py $(wildcard train/frameworks/*/framework.py) \
+	train/frameworks/deepspeed/accelerator.py train/frameworks/lightning/lightning_package.py \
+	train/launch/own_class_probe.py tests/test_framework_contract.py tests/test_framework_package.py \
+	tests/test_fix_support.py examples/inhouse_trainer
+lint: install ## ruff's lint (every file) and format (FORMATTED), mypy (pyproject.toml's [tool.mypy]); make test and test-fast run it first
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check $(FORMATTED)
+	$(VENV)/bin/mypy
+
+test: install lint ## run the whole test suite, as CI does (lint, real multi-rank gloo jobs, the matrix, the engine tier) [WORKERS=2]
 	$(PY) -m pytest -q $(workers) tests
 
-test-fast: install ## the quick subset for your own loop: the unit tests, the refusals, the seed race (no slow or engine tests) [WORKERS=2]
+test-fast: install lint ## the quick subset for your own loop: lint, the unit tests, the refusals, the seed race (no slow or engine tests) [WORKERS=2]
 	$(PY) -m pytest -q $(workers) -m "not slow and not engine" tests
 
 fuzz: install ## the fuzzer's long profile (Hypothesis), random: 1000 examples a property, 10 real launches; tens of minutes

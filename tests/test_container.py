@@ -665,7 +665,7 @@ def test_nodes_gpu_gives_each_node_its_own_gpus_and_ranks_over_nccl():
 def test_host_network_puts_both_nodes_on_loopback_each_at_its_own_address():
     model = render({"RDZV_HOST": "127.0.0.1", "RDZV_PORT": "29600"}, profiles=["nodes", "nodes-cpu"],
                    overrides=[HOST_NETWORK_FILE])
-    for profile, (name0, name1) in NODE_SERVICES.items():
+    for name0, name1 in NODE_SERVICES.values():
         hosts = []
         for name in (name0, name1):
             node = model["services"][name]

@@ -19,7 +19,7 @@ def replicas(outcomes: list) -> str:
 
 
 def _diverged_part(outcomes) -> str:
-    by_digest = {}
+    by_digest: dict = {}
     for o in outcomes:
         by_digest.setdefault(o.final_digest, []).append(o.rank)
     groups = sorted(by_digest.values())
@@ -28,7 +28,7 @@ def _diverged_part(outcomes) -> str:
 
 def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
     """One sentence on what happened, worst news first."""
-    by = {}
+    by: dict = {}
     for o in outcomes:
         by.setdefault(o.outcome, []).append(o)
     written = saves(events)
@@ -83,8 +83,8 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
     if by.get("timeout"):
         raised = {e["rank"] for e in events if e["event"] == "train_error"}  # no sync of theirs timed out
         waits = [o.timings["wait"] for o in by["timeout"] if "wait" in o.timings and o.rank not in raised]
-        after = f" after {span(waits)}" if waits else ""
-        parts.append(f"{ranks_text(o.rank for o in by['timeout'])} timed out{after} ({by['timeout'][0].detail})")
+        waited = f" after {span(waits)}" if waits else ""
+        parts.append(f"{ranks_text(o.rank for o in by['timeout'])} timed out{waited} ({by['timeout'][0].detail})")
     for o in by.get("hung", []):
         parts.append(f"rank {o.rank} hung ({o.detail}; ended at once, not at timeout.collective_s)")
     if by.get("crashed"):

@@ -194,7 +194,7 @@ def resume_judge(events: list, world_size: int) -> Verdict:
 def death_runs(died: list) -> list:
     """'attempt N died on F: what' for each death, attempts in a row that died the same way (whichever rank)
     said once: 'attempts 1-329 died on epoch1.pt: a rank could not resume from it (...)'."""
-    runs = []  # [first, last, file, what with 'a rank', the whats]
+    runs: list = []  # [first, last, file, what with 'a rank', the whats]
     for a in died:
         same = re.sub(r"^rank \d+ ", "a rank ", a["what"])
         if runs and runs[-1][2] == a["file"] and runs[-1][3] == same and runs[-1][1] == a["attempt"] - 1:
@@ -230,9 +230,9 @@ def resume_explain(verdict: str, record: dict, outcomes: list) -> str:
         parts.append(f"torch elastic restarted it {record['restarts']} time{'s' if record['restarts'] > 1 else ''} "
                      f"({deaths})")
     for split in record["diverged_at_resume"]:
-        steps = ", ".join(f"rank {r} from step {s}" for r, s in split.items())
+        froms = ", ".join(f"rank {r} from step {s}" for r, s in split.items())
         parts.append(f"the replicas diverged from the first step: the ranks resumed from different checkpoints "
-                     f"({steps})")
+                     f"({froms})")
     bad = [o for o in outcomes if o.outcome != "loaded"]
     parts += [f"rank {o.rank} {o.outcome} ({o.detail})" for o in bad if o.detail]
     if verdict == "race":

@@ -31,7 +31,7 @@ def attempt_of(event) -> int:
 
 def written(events) -> dict:
     """(step, shard) -> the digests the saving ranks wrote for it, over the whole run (every attempt)."""
-    out = {}
+    out: dict = {}
     for e in events:
         if e["event"] == "shard_write":
             out.setdefault((e["step"], e["shard"]), set()).add(e["digest"])

@@ -61,6 +61,7 @@ The verdict:
 """
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Optional
 
 OUTCOMES = ("loaded", "skipped", "stale", "missing", "corrupt", "mixed", "unsafe", "timeout", "hung", "aborted", "crashed",
             "error")
@@ -93,11 +94,11 @@ class Verdict:
     explanation: str
     replicas: str  # agree | diverged | unknown: do the ranks end with the same weights?
     ranks: list
-    resume: dict = None  # a resume loop's run: its attempts and each rank's resumes (resume_judge)
+    resume: Optional[dict] = None  # a resume loop's run: its attempts and each rank's resumes (resume_judge)
 
     def as_dict(self):
-        out = {"verdict": self.verdict, "explanation": self.explanation, "replicas": self.replicas,
-               "ranks": [asdict(r) for r in self.ranks]}
+        out: dict = {"verdict": self.verdict, "explanation": self.explanation, "replicas": self.replicas,
+                     "ranks": [asdict(r) for r in self.ranks]}
         if self.resume is not None:
             out["resume"] = self.resume
         return out

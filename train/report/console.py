@@ -13,7 +13,7 @@ def format_table(verdict: dict) -> str:
     for r in verdict["ranks"]:
         t = r["timings"]
 
-        def secs(key, sign=""):
+        def secs(key, sign="", t=t):
             return f"{t[key]:{sign}.2f} s" if key in t else "-"
         rows.append([str(r["rank"]), r["outcome"], secs("load_attempt"), secs("load_after_save_end", "+"),
                      secs("wait")])
