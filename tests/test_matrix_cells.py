@@ -397,3 +397,13 @@ def test_the_grid_has_a_column_per_fix_a_row_per_scenario_with_the_reports_it_re
         "| --- | --- | --- |\n"
         "| **seed** |  | **clean 1/1 (21–100%)** |\n"
         "| **torn** (fastai#2393) | **race 1/1 (21–100%)** (missing) | **clean 1/1 (21–100%)** |")
+
+
+def test_configs_order_yaml_names_only_scenarios_fixes_and_frameworks_that_exist():
+    """configs/order.yaml: a name that is not there (a typo, a removed file) would silently sort after the rest."""
+    from train.frameworks.registry import names
+
+    assert set(SCENARIO_ORDER) <= {p.stem for p in (CONFIGS / "scenario").glob("*.yaml")}
+    assert set(FIX_ORDER) <= {p.stem for p in (CONFIGS / "fix").glob("*.yaml")}
+    assert set(FRAMEWORK_ORDER) <= set(names())
+    assert len(set(SCENARIO_ORDER)) == len(SCENARIO_ORDER) and len(set(FIX_ORDER)) == len(FIX_ORDER)

@@ -49,8 +49,8 @@ class FaultConfig:
                                       "WORLD_SIZE are unset (many_writers)")
     best_epoch: Optional[int] = key(None, "shape the monitored metric so this epoch is the best, -1 the last "
                                           "(skip_if_missing, stale)", min=-1)
-    kill_epoch: Optional[int] = key(None, "framework=torch_loop, first attempt only: rank 0 is killed with SIGKILL at "
-                                          "this epoch's save (crash_mid_save, pointer_first, resume_disagree)", min=0,
+    kill_epoch: Optional[int] = key(None, "the resume (workload=resume), first attempt only: rank 0 is killed with "
+                                          "SIGKILL at this epoch's save (crash_mid_save, pointer_first, resume_disagree)", min=0,
                                     only={"workload": ["resume"]})
     kill_at: str = key("mid_write", "where: halfway through writing the checkpoint, or once its save is complete; "
                                     "before_shard: rank 1, before its shard lands (framework=deepspeed, shard_lost)",
@@ -95,9 +95,9 @@ class CheckpointConfig:
                                   "(launch.node_disks says how, on one host)")
     guard: str = key("none", "a local exists() check that guards the load (fastai v1) or the sync and the load "
                              "(transformers#40923)", choices=["none", "load", "sync"])
-    keep_last: int = key(0, "framework=torch_loop: keep the newest N checkpoints, deleting older ones after each save; "
+    keep_last: int = key(0, "the resume: keep the newest N checkpoints, deleting older ones after each save; "
                             "0 keeps all (cleanup)", min=0, only={"workload": ["resume"]})
-    pointer: bool = key(False, "framework=torch_loop: find the newest checkpoint through a `latest` pointer file "
+    pointer: bool = key(False, "the resume: find the newest checkpoint through a `latest` pointer file "
                                "(DeepSpeed's), not by listing the folder (pointer_first)",
                    only={"workload": ["resume"], "framework.name": ["torch_loop", "lightning"]})
     async_save: bool = key(False, "save in the background while training goes on: framework=torch_loop with torch's "

@@ -14,6 +14,23 @@ from pathlib import Path
 
 LAUNCHER = "launcher"
 
+# Every event a log may hold, declared once: EventLog.record refuses any other name. Their fields and what each
+# outcome means: train/judge/vocabulary.py. JUDGED: what the judge reads (tests/test_events.py holds it to the
+# judge's code); SHOWN: the rest, kept for the timeline, the logs and a reader of events/*.jsonl.
+JUDGED = frozenset({
+    # one rank
+    "rank_start", "fit_start", "skew_start", "skew_end", "rank_misdetected", "save_start", "save_end", "save_error",
+    "sync_enter", "sync_exit", "sync_error", "train_error", "hang", "skip", "load_attempt", "load_done", "load_error",
+    "final", "crash", "interrupted", "rank_end",
+    # the resume loop, sharded and async saves
+    "loop_start", "resume", "rotate_error", "shard_write", "shard_read", "save_dispatch", "save_commit",
+    # the launcher
+    "launch_start", "rank_failed", "signal", "launch_error", "launch_end", "crash_loop",
+})
+SHOWN = frozenset({"train_end", "read_delay_start", "read_delay_end", "slow_write_start", "slow_write_end", "rotate",
+                   "stale_listing", "async_save_error", "ranks_returned"})
+EVENTS = JUDGED | SHOWN
+
 
 def events_dir(run_dir) -> Path:
     return Path(run_dir) / "events"
@@ -51,6 +68,8 @@ class EventLog:
         self._file = open(path, "a", encoding="utf-8")
 
     def record(self, event: str, **fields) -> dict:
+        if event not in EVENTS:
+            raise ValueError(f"event {event!r} is not one of train/events.py's EVENTS")
         entry = {"t": time.time(), "rank": self.rank, "event": event, **fields}
         if self.attempt is not None:
             entry["attempt"] = self.attempt

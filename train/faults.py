@@ -1,14 +1,14 @@
 """What goes wrong, placed on purpose: every fault a scenario can ask for, at a named point.
 
-The callbacks (train/frameworks/fastai/callbacks.py) call these points on the shared save/load path and never
-decide a fault themselves. A point acts on the *real* rank (the process group's), which a
+Every framework's adapter (train/frameworks/<name>/) calls these points at its public seams, and never decides a
+fault itself. A point acts on the *real* rank (the process group's), which a
 misdetected rank (fault.misdetect_rank) does not change.
 
   shape_metric     the monitored value after each epoch (fault.best_epoch)
   before_last_save a crash, the skew's stall, a misdetected rank
   write            the bytes of a checkpoint reach the file: a stall or an OSError halfway
   before_load      a reader's pause at the start of its load (fault.read_delay_s)
-The resume loop's (framework=torch_loop; fault.kill_epoch, kill_at, stale_listing, delete_race):
+The resume's (workload=resume; fault.kill_epoch, kill_at, stale_listing, delete_race):
   resume_write     a checkpoint's bytes reach the file; rank 0 may be SIGKILLed halfway (crash_mid_save)
   kill_point       a named place in a save where rank 0 may be SIGKILLed (after_save, dcp's commit)
   listing          the checkpoint names a rank sees when it resumes (a stale listing: resume_disagree)

@@ -4,9 +4,7 @@ launcher ends the run there (train/launch/elastic.py), as it ends a hang, instea
 
 Pure functions over event records. A planted kill (the scenario's `crash` event) is the fault, not a loop.
 """
-from train.judge.vocabulary import classify_load_error, file_name
-
-LOOP_EVENTS = ("load_error", "rotate_error", "train_error", "sync_error", "hang")
+from train.judge.vocabulary import FAILURE_EVENTS, classify_load_error, file_name
 
 
 def _attempt(e) -> int:
@@ -16,7 +14,7 @@ def _attempt(e) -> int:
 def first_failure(events, n: int):
     """The first failure any rank recorded in attempt n (a planted crash included), or None."""
     failed = [e for e in events if isinstance(e["rank"], int) and _attempt(e) == n
-              and (e["event"] in LOOP_EVENTS or e["event"] == "crash")]
+              and e["event"] in FAILURE_EVENTS]
     return min(failed, key=lambda e: e["t"], default=None)
 
 

@@ -6,6 +6,7 @@ from train.judge.explain import replicas
 from train.judge.load_best import hang_detail, rank_timings
 from train.judge.shards import mixed_resumes, never_written
 from train.judge.vocabulary import (
+    FAILURE_EVENTS,
     RankOutcome,
     Verdict,
     classify_load_error,
@@ -17,9 +18,8 @@ from train.judge.vocabulary import (
     short,
 )
 
-# --- the resume loop (framework=torch_loop): restarts, and the checkpoint each attempt resumed from ------------
+# --- the resume (workload=resume): restarts, and the checkpoint each attempt resumed from ------------
 
-FAILURE_EVENTS = ("crash", "load_error", "rotate_error", "train_error", "sync_error", "hang")
 
 
 def _attempt(e) -> int:

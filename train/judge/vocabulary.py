@@ -63,6 +63,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+# the events a rank records where it failed, a planted kill (crash) included
+FAILURE_EVENTS = ("crash", "load_error", "rotate_error", "train_error", "sync_error", "hang")
 OUTCOMES = ("loaded", "skipped", "stale", "missing", "corrupt", "mixed", "unsafe", "timeout", "hung", "aborted", "crashed",
             "error")
 VERDICTS = ("clean", "race", "save_failed", "error", "interrupted")

@@ -111,7 +111,7 @@ def log_agent_to(path: Path, *also: logging.Handler) -> logging.Handler:
     return handler
 
 
-def _raise_signal_exception(signum, frame):
+def raise_signal_exception(signum, frame):
     raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
 
 
@@ -177,7 +177,7 @@ class Stopper(logging.Handler):
     def on_signal(self, signum, frame):
         if self.returned and signum == signal.SIGTERM:
             return  # our own stop, sent again as the agent returned
-        _raise_signal_exception(signum, frame)
+        raise_signal_exception(signum, frame)
 
 
 CRASH_LOOP_POLL_S = 0.25

@@ -9,18 +9,15 @@ verdict and the dominant rank outcome. Built from train/report/runs.py's rows (o
 from collections import Counter
 from pathlib import Path
 
+import yaml
+
+from train.config import CONFIGS
 from train.judge.vocabulary import OUTCOMES
 from train.report import rates
 from train.report.files import save_png_atomic
 
-SCENARIO_ORDER = ["seed", "stale", "torn", "skip_if_missing", "disagree", "save_fails", "many_writers",
-                  "no_shared_fs", "crash_mid_save", "pointer_first", "shard_lost", "node_local_resume", "cleanup",
-                  "resume_disagree",
-                  "async_in_flight", "async_exit_pending", "async_overlap", "async_shared_group", "dcp_overwrite", "async_top_k"]
-FIX_ORDER = ["as_shipped", "unsynced", "in_place", "barrier", "wait_for_everyone", "poll", "atomic", "agreed",
-             "broadcast", "dcp", "save_on_each_node", "manifest", "rank0_rotates", "on_durable", "own_group",
-             "fresh_rename", "durable", "node_local_storage"]
-FRAMEWORK_ORDER = ["fastai", "lightning", "transformers", "accelerate", "torch_loop", "deepspeed"]
+ORDER = yaml.safe_load((CONFIGS / "order.yaml").read_text())  # the grids', rows' and columns' order
+SCENARIO_ORDER, FIX_ORDER, FRAMEWORK_ORDER = ORDER["scenarios"], ORDER["fixes"], ORDER["frameworks"]
 COLOURS = {"clean": "#a1d99b", "save_failed": "#9ecae1", "race": "#fc9272", "error": "#bdbdbd",
            "interrupted": "#bdbdbd", "n/a": "#f0f0f0", "crashed": "#bdbdbd"}
 TITLE = "What every rank ended up with in {frameworks}: scenario (what goes wrong) x fix"
