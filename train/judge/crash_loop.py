@@ -4,21 +4,23 @@ launcher ends the run there (train/launch/elastic.py), as it ends a hang, instea
 
 Pure functions over event records. A planted kill (the scenario's `crash` event) is the fault, not a loop.
 """
-from train.judge.vocabulary import FAILURE_EVENTS, classify_load_error, file_name
+from typing import Any, Optional
+
+from train.judge.vocabulary import FAILURE_EVENTS, Event, classify_load_error, file_name
 
 
-def _attempt(e) -> int:
-    return e.get("attempt", 0)
+def _attempt(e: Event) -> int:
+    return int(e.get("attempt", 0))
 
 
-def first_failure(events, n: int):
+def first_failure(events: list[Event], n: int) -> Optional[Event]:
     """The first failure any rank recorded in attempt n (a planted crash included), or None."""
     failed = [e for e in events if isinstance(e["rank"], int) and _attempt(e) == n
               and e["event"] in FAILURE_EVENTS]
     return min(failed, key=lambda e: e["t"], default=None)
 
 
-def place(failure: dict) -> tuple:
+def place(failure: Event) -> tuple[str, Any, Any]:
     """Where and how an attempt died, whichever rank it was: (what it did, the file, the kind of error)."""
     if failure["event"] == "load_error":
         kind = classify_load_error(failure["error_type"], failure["message"], failure.get("in_reader", False))
@@ -30,7 +32,7 @@ def place(failure: dict) -> tuple:
     return f"in its {failure.get('how', 'training')}", failure.get("path"), failure.get("error_type")
 
 
-def crash_loop(events: list):
+def crash_loop(events: list[Event]) -> Optional[dict[str, Any]]:
     """The crash loop these events prove, or None: the two newest attempts that failed, one right after the other,
     died in the same place, and neither was a planted crash. Returns {attempts: [n-1, n], doing, file, kind,
     sentence}. An attempt begun since, that has not failed (yet), is passed over: a launcher that reads these

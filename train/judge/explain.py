@@ -1,6 +1,10 @@
 """A load-best run's verdict in words: what each rank did, and why that makes the verdict."""
+from typing import Optional
+
 from train.judge.vocabulary import (
     ONLY_WARNED,
+    Event,
+    RankOutcome,
     last_event,
     ranks_text,
     saves,
@@ -11,24 +15,24 @@ from train.judge.vocabulary import (
 )
 
 
-def replicas(outcomes: list) -> str:
+def replicas(outcomes: list[RankOutcome]) -> str:
     digests = [o.final_digest for o in outcomes]
     if not all(digests):
         return "unknown"
     return "agree" if len(set(digests)) == 1 else "diverged"
 
 
-def _diverged_part(outcomes) -> str:
-    by_digest: dict = {}
+def _diverged_part(outcomes: list[RankOutcome]) -> str:
+    by_digest: dict[str, list[int]] = {}
     for o in outcomes:
         by_digest.setdefault(o.final_digest, []).append(o.rank)
     groups = sorted(by_digest.values())
     return "the replicas diverged: " + " vs ".join(ranks_text(g) for g in groups) + " end with different weights"
 
 
-def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
+def explain(outcomes: list[RankOutcome], events: list[Event], verdict: str, agreement: str) -> str:
     """One sentence on what happened, worst news first."""
-    by: dict = {}
+    by: dict[str, list[RankOutcome]] = {}
     for o in outcomes:
         by.setdefault(o.outcome, []).append(o)
     written = saves(events)
@@ -45,12 +49,12 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
         if launch_error:
             return f"error: the launch failed ({launch_error['error_type']}: {launch_error['message']})"
         failed = by.get("error", [])
-        where = lambda o: f"; traceback in {o.log}" if o.log else ""  # noqa: E731
-        return "error: " + "; ".join(f"rank {o.rank} failed ({o.detail}{where(o)})" for o in failed)
+        return "error: " + "; ".join(f"rank {o.rank} failed ({o.detail}"
+                                     + (f"; traceback in {o.log})" if o.log else ")") for o in failed)
     if verdict == "save_failed":
         return f"save_failed: {failed_save}; every rank says so and none loaded, so all hold the same weights"
 
-    def early(group):
+    def early(group: list[RankOutcome]) -> Optional[list[float]]:
         leads = [-o.timings["load_after_save_end"] for o in group if "load_after_save_end" in o.timings]
         return leads if leads and min(leads) > 0 else None
 
@@ -110,12 +114,12 @@ def explain(outcomes: list, events: list, verdict: str, agreement: str) -> str:
     return f"clean: every rank loaded the last checkpoint {saver} wrote{tail}{avoided}"
 
 
-def _node(events, rank):
+def _node(events: list[Event], rank: int) -> int:
     start = next((e for e in events if e["rank"] == rank and e["event"] == "rank_start"), None)
-    return start.get("node", 0) if start else 0
+    return int(start.get("node", 0)) if start else 0
 
 
-def _not_on_this_node(events, group, last_save) -> str:
+def _not_on_this_node(events: list[Event], group: list[RankOutcome], last_save: Event) -> str:
     """Why ranks that read after the save ended found no file: the file is on another node's own disk."""
     saved_on = _node(events, last_save["rank"])
     elsewhere = sorted({_node(events, o.rank) for o in group} - {saved_on})
@@ -126,7 +130,7 @@ def _not_on_this_node(events, group, last_save) -> str:
     return f": the file is on node {saved_on}'s own disk; {nodes}'s disk has none"
 
 
-def _settled_end(events, start):
+def _settled_end(events: list[Event], start: Event) -> Optional[Event]:
     """The skew_end of this skew_start where the stall ended once every other rank was settled, else None."""
     end = next((e for e in events if e["event"] == "skew_end" and e["rank"] == start["rank"] and e["t"] >= start["t"]),
                None)
@@ -136,7 +140,7 @@ def _settled_end(events, start):
 SETTLED = "every other rank was past its load or waiting for it"
 
 
-def _traps(events, written) -> list:
+def _traps(events: list[Event], written: list[Event]) -> list[str]:
     """What in this run would have made a rank read the wrong thing, from the faults' own events."""
     traps = []
     for e in events:
@@ -171,7 +175,7 @@ SYNC_WAITS = {"barrier": "at the barrier", "file": "for the file", "agree": "for
               "broadcast": "for rank 0's broadcast of the weights"}
 
 
-def _wait_of(events, sync_exit) -> float:
+def _wait_of(events: list[Event], sync_exit: Event) -> float:
     entered = [e["t"] for e in events if e["rank"] == sync_exit["rank"] and e["event"] == "sync_enter"
                and e["t"] <= sync_exit["t"]]
     return sync_exit["t"] - max(entered) if entered else 0.0

@@ -1,6 +1,9 @@
 """The load-best verdict: what each rank saw at the load at the end, and the run's verdict (pure functions over event records)."""
+from typing import Any, Optional
+
 from train.judge.explain import explain, replicas
 from train.judge.vocabulary import (
+    Event,
     RankOutcome,
     Verdict,
     classify_load_error,
@@ -15,14 +18,14 @@ from train.judge.vocabulary import (
 )
 
 
-def _never_came(events, how, rank) -> list:
+def _never_came(events: list[Event], how: str, rank: int) -> list[int]:
     """The ranks that never entered this kind of sync, which `rank` waited for."""
     entered = {e["rank"] for e in events if e["event"] == "sync_enter" and e.get("how") == how}
     ranks = {e["rank"] for e in events if e["event"] == "rank_start"}
     return sorted(ranks - entered - {rank})
 
 
-def _timeout_detail(events, sync_error, rank) -> str:
+def _timeout_detail(events: list[Event], sync_error: Event, rank: int) -> str:
     how = sync_error.get("how", "sync")
     if how == "file":
         failed = last_event(events, "save_error")
@@ -32,7 +35,7 @@ def _timeout_detail(events, sync_error, rank) -> str:
     return f"{how}: waited for {ranks_text(missing)}, which never came" if missing else f"{how}: timed out"
 
 
-def _place(peer: int, place: dict, events) -> str:
+def _place(peer: int, place: dict[str, Any], events: list[Event]) -> str:
     """Where a peer was when a rank's sync could never end, in words (place: train/toolkit/hang.py's)."""
     if place["at"] == "sync":
         return f"rank {peer} waited in its {place['how']} instead"
@@ -44,13 +47,13 @@ def _place(peer: int, place: dict, events) -> str:
     return f"rank {peer} {skipped}had left the run without entering it"  # done
 
 
-def hang_detail(hang: dict, events) -> str:
+def hang_detail(hang: Event, events: list[Event]) -> str:
     """What a hang event says: which sync could never end, and where each peer it waited for was."""
     peers = [_place(int(r), hang["peers"][str(r)], events) for r in hang["waiting_for"]]
     return f"its {hang['sync']} could never end: " + "; ".join(peers)
 
 
-def _broken(rank, failed, events, failures) -> tuple:
+def _broken(rank: int, failed: Event, events: list[Event], failures: list[Event]) -> tuple[str, str]:
     """(outcome, detail) of a sync that failed (sync_error{how}), or of a framework's call that raised after the
     load (train_error{what}): timed out, broken by a peer's death, an interrupt or peers that had given up, or
     its own error."""
@@ -76,7 +79,8 @@ def _broken(rank, failed, events, failures) -> tuple:
 AFTER_LOAD = "after its load, "  # the start of the detail of a rank whose load ended well and something after it did not
 
 
-def _after_load(rank, mine, events, done, failures):
+def _after_load(rank: int, mine: list[Event], events: list[Event], done: Event,
+                failures: list[Event]) -> Optional[tuple[str, str, str]]:
     """What went wrong on this rank after its load ended well, as (outcome, detail, log), or None: a sync that
     failed or could never end, its framework's call that raised after the load (train_error: Lightning's
     validate, whose error the adapter says and records instead of raising), or its death (the launcher's
@@ -95,7 +99,7 @@ def _after_load(rank, mine, events, done, failures):
     return None
 
 
-def _last_save_began(events):
+def _last_save_began(events: list[Event]) -> Optional[Event]:
     """The start of the run's last save: the first save_start of the last epoch any rank began to save."""
     starts = [e for e in events if e["event"] == "save_start"]
     if not starts:
@@ -104,7 +108,7 @@ def _last_save_began(events):
     return min((e for e in starts if e.get("epoch", 0) == last), key=lambda e: e["t"])
 
 
-def _what_it_loaded(mine, events, done) -> tuple:
+def _what_it_loaded(mine: list[Event], events: list[Event], done: Event) -> tuple[str, str]:
     """(loaded or stale, detail) by the weights it read. A rank that read the last finished save before the last
     save began read a stale checkpoint too: that save then failed (or never finished), so the file it read was
     older than the one the run was writing."""
@@ -122,7 +126,7 @@ def _what_it_loaded(mine, events, done) -> tuple:
     return "stale", f"loaded the epoch-{older[-1]['epoch']} save" if older else "loaded a file this run never wrote"
 
 
-def classify_rank(rank: int, events: list) -> RankOutcome:
+def classify_rank(rank: int, events: list[Event]) -> RankOutcome:
     """events: the whole run's events (all ranks and the launcher)."""
     mine = [e for e in events if e["rank"] == rank]
     launcher = [e for e in events if e["rank"] == "launcher"]
@@ -130,7 +134,7 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
     last_written = written[-1] if written else None
     final = last_event(mine, "final")
 
-    def result(outcome, detail="", log=""):
+    def result(outcome: str, detail: str = "", log: str = "") -> RankOutcome:
         return RankOutcome(rank, outcome, detail, rank_timings(mine, events), final["digest"] if final else "", log)
 
     failures = [e for e in launcher if e["event"] == "rank_failed"]
@@ -171,7 +175,7 @@ def classify_rank(rank: int, events: list) -> RankOutcome:
     if status == "timeout":
         return result("timeout", "stopped by the launcher at timeout.run_s")
     if not last_event(mine, "rank_end") and status in ("failed", "interrupted", "harness_error", None):
-        why = {"failed": "after a peer failed", "interrupted": "on interrupt"}.get(status, "")
+        why = {"failed": "after a peer failed", "interrupted": "on interrupt"}.get(status or "", "")
         return result("aborted", f"stopped by the launcher {why}".strip())
     return result("error", "ended without loading")
 
@@ -180,7 +184,7 @@ TIMED = ("fit_start", "train_end", "save_start", "save_end", "save_error", "sync
          "hang", "skip", "load_attempt", "load_done", "load_error", "final", "rank_end")
 
 
-def rank_timings(mine: list, events: list) -> dict:
+def rank_timings(mine: list[Event], events: list[Event]) -> dict[str, float]:
     """Seconds since launch_start for this rank's milestones, and how its load stood against the last save."""
     starts = [e["t"] for e in events if e["event"] == "launch_start"]
     t0 = min(starts) if starts else min(e["t"] for e in events)
@@ -202,7 +206,7 @@ def rank_timings(mine: list, events: list) -> dict:
     return out
 
 
-def decide(outcomes: list, events: list, status) -> str:
+def decide(outcomes: list[RankOutcome], events: list[Event], status: Optional[str]) -> str:
     kinds = {o.outcome for o in outcomes}
     if status == "interrupted":
         return "interrupted"
@@ -217,7 +221,7 @@ def decide(outcomes: list, events: list, status) -> str:
     return "race"
 
 
-def judge_load_best(events: list, world_size: int) -> Verdict:
+def judge_load_best(events: list[Event], world_size: int) -> Verdict:
     """A load-best run's verdict over every rank's outcome (see train/judge/vocabulary.py)."""
     outcomes = [classify_rank(r, events) for r in range(world_size)]
     verdict = decide(outcomes, events, launch_status([e for e in events if e["rank"] == "launcher"]))

@@ -1,5 +1,6 @@
 """The resume verdict (workload=resume): each rank's resumes against the newest complete checkpoint, and how the run ended."""
 import re
+from typing import Any, Optional
 
 from train.judge.crash_loop import crash_loop
 from train.judge.explain import replicas
@@ -7,6 +8,7 @@ from train.judge.load_best import hang_detail, rank_timings
 from train.judge.shards import mixed_resumes, never_written
 from train.judge.vocabulary import (
     FAILURE_EVENTS,
+    Event,
     RankOutcome,
     Verdict,
     classify_load_error,
@@ -22,17 +24,17 @@ from train.judge.vocabulary import (
 
 
 
-def _attempt(e) -> int:
-    return e.get("attempt", 0)
+def _attempt(e: Event) -> int:
+    return int(e.get("attempt", 0))
 
 
-def newest_complete(events, t: float):
+def newest_complete(events: list[Event], t: float) -> Optional[Event]:
     """The newest save that had ended by time t (its save_end), or None."""
     ended = [e for e in saves(events) if e["t"] <= t]
     return max(ended, key=lambda e: e.get("step", 0), default=None)
 
 
-def resume_record(events, resume: dict) -> dict:
+def resume_record(events: list[Event], resume: Event) -> dict[str, Any]:
     """One resume against the newest complete checkpoint at that moment: steps_lost > 0 were redone (it resumed
     older), < 0 skipped (it resumed from a step no complete save had reached)."""
     newest = newest_complete(events, resume["t"])
@@ -46,7 +48,7 @@ def resume_record(events, resume: dict) -> dict:
     return out
 
 
-def attempt_end(events, n: int, finished: bool) -> dict:
+def attempt_end(events: list[Event], n: int, finished: bool) -> dict[str, Any]:
     """How attempt n ended: finished, or the first failure in it (which rank, which file, what)."""
     if finished:
         return {"attempt": n, "ended": "finished"}
@@ -72,7 +74,7 @@ def attempt_end(events, n: int, finished: bool) -> dict:
             "error_type": first.get("error_type")}
 
 
-def uncommitted(events: list, n: int) -> str:
+def uncommitted(events: list[Event], n: int) -> str:
     """Why attempt n's final checkpoint is missing, or "": a save it dispatched (save_dispatch with commits: the
     saver records save_commit once its commit point, dcp's .metadata, is written) that never committed in it."""
     committed = {e.get("step") for e in events if e["event"] == "save_commit" and _attempt(e) == n}
@@ -85,8 +87,8 @@ def uncommitted(events: list, n: int) -> str:
             f"committed (no .metadata): its final checkpoint is missing")
 
 
-def resume_rank(rank: int, events: list, last: int, status, resumes: list, mixed: str = "",
-                lost: str = "", foreign: str = "") -> RankOutcome:
+def resume_rank(rank: int, events: list[Event], last: int, status: Optional[str], resumes: list[dict[str, Any]],
+                mixed: str = "", lost: str = "", foreign: str = "") -> RankOutcome:
     """One rank of a resume run: how its last attempt ended, else how its resumes stood (mixed: why a resume of
     it mixed steps, train/judge/shards.py; lost: why the run's final checkpoint is missing, uncommitted; foreign:
     why a resume of it read a checkpoint this run never wrote, shards.never_written)."""
@@ -94,7 +96,7 @@ def resume_rank(rank: int, events: list, last: int, status, resumes: list, mixed
     now = [e for e in mine if _attempt(e) == last]
     final = last_event(now, "final")
 
-    def result(outcome, detail=""):
+    def result(outcome: str, detail: str = "") -> RankOutcome:
         return RankOutcome(rank, outcome, detail, rank_timings(now, events), final["digest"] if final else "")
 
     failed = last_event(now, "load_error")
@@ -141,7 +143,7 @@ def resume_rank(rank: int, events: list, last: int, status, resumes: list, mixed
     return result("aborted", "stopped by torch elastic when a peer failed")
 
 
-def resume_judge(events: list, world_size: int) -> Verdict:
+def resume_judge(events: list[Event], world_size: int) -> Verdict:
     """The verdict of a resume loop's run: clean only when it finished, every rank resumed from the newest
     complete checkpoint each time, and the replicas agree. A run that used up its restarts is never clean."""
     status = launch_status([e for e in events if e["rank"] == "launcher"])
@@ -170,7 +172,7 @@ def resume_judge(events: list, world_size: int) -> Verdict:
         ends[-1] = {"attempt": last, "ended": "stopped", "what": "stopped by the launcher at timeout.run_s"}
     stopped = {"interrupted": "interrupted", "harness_error": "error", "crash_loop": "crash_loop",
                "timeout": "timed_out"}
-    run = stopped.get(status) or (("diverged" if agreement == "diverged" else "finished") if status == "ok"
+    run = stopped.get(status or "") or (("diverged" if agreement == "diverged" else "finished") if status == "ok"
                                   else "out_of_restarts")
     record = {"run": run, "restarts": len(attempts) - 1, "attempts": ends,
               "ranks": {str(r): resumes[r] for r in range(world_size)}, "diverged_at_resume": split}
@@ -191,10 +193,10 @@ def resume_judge(events: list, world_size: int) -> Verdict:
     return Verdict(verdict, resume_explain(verdict, record, outcomes), agreement, outcomes, record)
 
 
-def death_runs(died: list) -> list:
+def death_runs(died: list[dict[str, Any]]) -> list[str]:
     """'attempt N died on F: what' for each death, attempts in a row that died the same way (whichever rank)
     said once: 'attempts 1-329 died on epoch1.pt: a rank could not resume from it (...)'."""
-    runs: list = []  # [first, last, file, what with 'a rank', the whats]
+    runs: list[list[Any]] = []  # [first, last, file, what with 'a rank', the whats]
     for a in died:
         same = re.sub(r"^rank \d+ ", "a rank ", a["what"])
         if runs and runs[-1][2] == a["file"] and runs[-1][3] == same and runs[-1][1] == a["attempt"] - 1:
@@ -207,7 +209,7 @@ def death_runs(died: list) -> list:
             for first, last, file, same, whats in runs]
 
 
-def resume_explain(verdict: str, record: dict, outcomes: list) -> str:
+def resume_explain(verdict: str, record: dict[str, Any], outcomes: list[RankOutcome]) -> str:
     """One sentence: how each attempt ended, where each rank resumed from, and how the run ended."""
     died = [a for a in record["attempts"] if a["ended"] == "died"]
     deaths = "; ".join(death_runs(died))

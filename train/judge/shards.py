@@ -23,27 +23,32 @@ A resume is from a checkpoint this run never wrote (`never_written`: a tag an ol
 DeepSpeed's `latest`) when no save of this run (save_start, save_end, save_dispatch, save_commit, shard_write)
 names its step, and no shard it read holds any write of this run: the resume verdict calls it stale, never clean.
 """
+from typing import Any
+
+from train.judge.vocabulary import Event
 
 
-def attempt_of(event) -> int:
-    return event.get("attempt", 0)
+
+def attempt_of(event: Event) -> int:
+    return int(event.get("attempt", 0))
 
 
-def written(events) -> dict:
+def written(events: list[Event]) -> dict[tuple[int, int], set[str]]:
     """(step, shard) -> the digests the saving ranks wrote for it, over the whole run (every attempt)."""
-    out: dict = {}
+    out: dict[tuple[int, int], set[str]] = {}
     for e in events:
         if e["event"] == "shard_write":
             out.setdefault((e["step"], e["shard"]), set()).add(e["digest"])
     return out
 
 
-def steps_of(writes: dict, shard: int, digest: str) -> list:
+def steps_of(writes: dict[tuple[int, int], set[str]], shard: int, digest: str) -> list[int]:
     """The steps whose write of `shard` had this digest."""
     return sorted(step for (step, s), digests in writes.items() if s == shard and digest in digests)
 
 
-def foreign_shards(events, rank: int, attempt: int, writes: dict) -> list:
+def foreign_shards(events: list[Event], rank: int, attempt: int,
+                   writes: dict[tuple[int, int], set[str]]) -> list[dict[str, Any]]:
     """The shards this rank read in this attempt whose digest is another step's write and not its own step's:
     [{shard, step (what the checkpoint said), written_at (the steps whose write it matches), path}]."""
     found = []
@@ -57,10 +62,10 @@ def foreign_shards(events, rank: int, attempt: int, writes: dict) -> list:
     return found
 
 
-def mixed_resumes(events, world_size: int) -> dict:
+def mixed_resumes(events: list[Event], world_size: int) -> dict[int, str]:
     """rank -> why its resume was mixed (one sentence naming the rank, its shards and steps), for every rank
     whose resume mixed steps in any attempt; the last attempt's reason when several did."""
-    writes, why = written(events), {}
+    writes, why = written(events), dict[int, str]()
     resumes = [e for e in events if e["event"] == "resume" and isinstance(e["rank"], int)]
     for n in sorted({attempt_of(e) for e in resumes}):
         now = {e["rank"]: e for e in resumes if attempt_of(e) == n}
@@ -89,7 +94,7 @@ def mixed_resumes(events, world_size: int) -> dict:
 SAVE_EVENTS = ("save_start", "save_end", "save_dispatch", "save_commit", "shard_write")
 
 
-def never_written(events) -> dict:
+def never_written(events: list[Event]) -> dict[int, str]:
     """rank -> why a resume of it read a checkpoint this run never wrote (one sentence naming the checkpoint and its
     step), for every rank that resumed with shard reads from a step none of this run's saves names and whose shards
     match no write of this run; the last such attempt's reason."""
@@ -109,10 +114,10 @@ def never_written(events) -> dict:
     return why
 
 
-def _peers(others: dict) -> str:
+def _peers(others: dict[int, Any]) -> str:
     return ", ".join(f"rank {r} " + ("started fresh" if s is None else f"resumed from step {s}")
                      for r, s in sorted(others.items()))
 
 
-def _steps(steps: list) -> str:
+def _steps(steps: list[int]) -> str:
     return " or ".join(str(s) for s in steps)

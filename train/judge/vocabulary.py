@@ -61,7 +61,9 @@ The verdict:
 """
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Any, Iterable, Optional
+
+Event = dict[str, Any]  # one record of events/*.jsonl: t, rank, event, and the event's fields
 
 # the events a rank records where it failed, a planted kill (crash) included
 FAILURE_EVENTS = ("crash", "load_error", "rotate_error", "train_error", "sync_error", "hang")
@@ -85,7 +87,7 @@ class RankOutcome:
     rank: int
     outcome: str
     detail: str = ""
-    timings: dict = field(default_factory=dict)  # seconds since launch_start
+    timings: dict[str, float] = field(default_factory=dict)  # seconds since launch_start
     final_digest: str = ""  # the weights it ended the run with
     log: str = ""  # where its traceback is, when it failed
 
@@ -95,33 +97,33 @@ class Verdict:
     verdict: str
     explanation: str
     replicas: str  # agree | diverged | unknown: do the ranks end with the same weights?
-    ranks: list
-    resume: Optional[dict] = None  # a resume loop's run: its attempts and each rank's resumes (resume_judge)
+    ranks: list[RankOutcome]
+    resume: Optional[dict[str, Any]] = None  # a resume loop's run: its attempts and each rank's resumes (resume_judge)
 
-    def as_dict(self):
-        out: dict = {"verdict": self.verdict, "explanation": self.explanation, "replicas": self.replicas,
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"verdict": self.verdict, "explanation": self.explanation, "replicas": self.replicas,
                      "ranks": [asdict(r) for r in self.ranks]}
         if self.resume is not None:
             out["resume"] = self.resume
         return out
 
 
-def last_event(events, name):
+def last_event(events: Iterable[Event], name: str) -> Optional[Event]:
     found = [e for e in events if e["event"] == name]
     return found[-1] if found else None
 
 
-def worst_status(statuses):
+def worst_status(statuses: Iterable[str]) -> Optional[str]:
     """The run's status from its launchers' (one per node): the worst of them."""
     order = ("ok", "failed", "crash_loop", "timeout", "harness_error", "interrupted")
     return max(statuses, key=order.index, default=None)
 
 
-def launch_status(launcher_events):
+def launch_status(launcher_events: Iterable[Event]) -> Optional[str]:
     return worst_status(e["status"] for e in launcher_events if e["event"] == "launch_end")
 
 
-def saves(events) -> list:
+def saves(events: Iterable[Event]) -> list[Event]:
     """Every completed save of the run, oldest first."""
     return [e for e in events if e["event"] == "save_end"]
 
@@ -129,7 +131,7 @@ def saves(events) -> list:
 SAVE_FAILED = "save failed"  # what a rank's skip says when it was told the save failed (train/fixes.agree's why)
 
 
-def says_save_failed(events, rank) -> bool:
+def says_save_failed(events: Iterable[Event], rank: Any) -> bool:
     """Whether this rank knows that the save failed: its own save raised (save_error), or it skipped the load
     saying so (every rank agreed not to load because rank 0's save failed)."""
     return any(e["rank"] == rank and (e["event"] == "save_error" or
@@ -172,19 +174,20 @@ def short(message: str) -> str:
     return message.split(". ")[0][:120]
 
 
-def ranks_text(ranks):
-    ranks = sorted(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+def ranks_text(ranks: Iterable[int]) -> str:
+    ordered = sorted(ranks)
+    return ("rank " if len(ordered) == 1 else "ranks ") + ", ".join(str(r) for r in ordered)
 
 
-def secs(x):
+def secs(x: float) -> str:
     return f"{x:.1f}" if abs(x) >= 0.95 else f"{x:.2f}"
 
 
-def span(values):
+def span(values: Iterable[float]) -> str:
+    values = list(values)
     lo, hi = secs(min(values)), secs(max(values))
     return f"{lo} s" if lo == hi else f"{lo}-{hi} s"
 
 
-def file_name(path) -> str:
+def file_name(path: Any) -> str:
     return str(path).rsplit("/", 1)[-1] if path else "no file"
