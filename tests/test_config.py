@@ -160,6 +160,14 @@ def test_plan_refuses_what_the_machine_cannot_hold(changes, machine, message):
     assert str(e.value).startswith(message)
 
 
+def test_more_cpu_ranks_than_cores_run_with_a_note_saying_so():
+    assert make_plan(base_cfg(world_size=2), LAPTOP).note == ""
+    assert make_plan(base_cfg(world_size=8), LAPTOP).note == (
+        "world_size=8: 8 CPU ranks on 2 core(s): runs will be slower, and a hang is named later, than with a core for "
+        "each rank")
+    assert make_plan(base_cfg(world_size=4), Machine(2, 4, 16_000, 1024)).note == ""  # a GPU each: no CPU ranks
+
+
 def test_every_scenario_composes_and_passes_the_checks():
     scenarios = sorted(p.stem for p in (ROOT / "configs/scenario").glob("*.yaml"))
     assert {"seed", "stale", "torn", "skip_if_missing", "disagree", "save_fails", "many_writers"} <= set(scenarios)

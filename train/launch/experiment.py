@@ -29,6 +29,7 @@ def header(cfg: dict, plan, run_dir: Path, nodes_here: bool, one_node_of_many: b
     else:
         where = ""
     return (f"run dir: {run_dir}\ndevice: {plan.device}+{plan.backend} ({plan.reason})\n"
+            + (f"note: {plan.note}\n" if plan.note else "") +
             f"scenario={cfg['scenario']} fix={fix_name(cfg)} framework={cfg['framework']['name']} "
             f"world_size={cfg['world_size']} "
             f"epochs={cfg['epochs']}\nfault: {describe_faults(cfg)}{where}")

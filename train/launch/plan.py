@@ -28,6 +28,7 @@ class Plan:
     device: str  # cpu | cuda
     backend: str  # gloo | nccl
     reason: str  # why this device/backend, for the console and summary.json
+    note: str = ""  # a line the run says before it starts (more CPU ranks than cores), or ""
 
 
 def _bad(key, value, why):
@@ -202,7 +203,9 @@ def make_plan(cfg: dict, machine: Machine) -> Plan:
                   f"{'CUDA+NCCL' if device == 'cuda' else 'CPU+gloo'}")
     else:
         reason = f"asked for device={cfg['device']} backend={cfg['backend']} ({gpu_count} GPU(s) visible)"
-    return Plan(device=device, backend=backend, reason=reason)
+    note = (f"world_size={cfg['world_size']}: {ranks} CPU ranks on {machine.cpus} core(s): runs will be slower, and "
+            "a hang is named later, than with a core for each rank" if device == "cpu" and ranks > machine.cpus else "")
+    return Plan(device=device, backend=backend, reason=reason, note=note)
 
 
 def this_machine() -> Machine:
