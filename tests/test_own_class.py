@@ -161,3 +161,47 @@ def test_a_class_that_does_not_import_is_refused_by_the_command_line_before_any_
                     "world_size=2", f"framework={framework}")
     assert (done.returncode, done.stderr) == (2, f"error: fix._target_={target!r}: {says}\n")
     assert not run_dir.exists()
+
+
+RAISING = '''
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+from train.callbacks import RaceSaveModelCallback
+
+
+class RaisingSaveModelCallback(RaceSaveModelCallback):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        raise RuntimeError(f"no quota for {self.fname}.pth")
+
+
+class RaisingCheckpoint(ModelCheckpoint):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        raise RuntimeError(f"{self.monitor} is not logged by our module")
+'''
+
+
+@pytest.mark.parametrize("framework, target, says", [
+    ("fastai", "raising.RaisingSaveModelCallback", "cannot be built (RuntimeError: no quota for best.pth)"),
+    ("lightning", "raising.RaisingCheckpoint", "cannot be built (RuntimeError: val_acc is not logged by our module)"),
+])
+def test_a_class_whose_constructor_raises_with_what_the_adapter_gives_is_refused(tmp_path, monkeypatch, framework,
+                                                                                 target, says):
+    """issue 44: a fastai callback or a ModelCheckpoint of yours is built before any rank starts with what its
+    adapter gives it (stand-ins for the rank's event log and faults, the run's config values, a fresh folder). That
+    a class that builds passes, stand-ins and all: the examples' runs above (MarkerSaveModelCallback)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from train.config import ConfigError
+    from train.launch.own_class import check_own_class
+
+    (tmp_path / "raising.py").write_text(RAISING)
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = OmegaConf.to_container(compose(config_name="train", overrides=[
+            "fix=own", f"fix._target_={target}", f"framework={framework}"]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), USER_PATH["PYTHONPATH"]]))
+    with pytest.raises(ConfigError) as refused:
+        check_own_class(cfg)
+    assert str(refused.value) == f"fix._target_={target!r}: {says}"

@@ -13,7 +13,7 @@ What cannot happen is derived from the declarations (train/launch/plan.py's not_
 """
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Optional
 
 WORKLOADS = ("load_best", "resume")  # the ways training uses checkpoints (config.py's `workload`)
@@ -34,14 +34,28 @@ CAPABILITIES = {
 
 
 @dataclass(frozen=True)
+class FromConfig:
+    """An argument the adapter gives a class of yours from the run's config: the value of this dotted key."""
+
+    key: str
+
+
+FOLDER = "a fresh folder"  # an argument the adapter gives as a folder of the run's
+STAND_IN = "a stand-in"  # an argument the adapter gives as an object of the rank's (its event log, its faults)
+
+
+@dataclass(frozen=True)
 class OwnBase:
     """A base class a class of yours (fix=own) may subclass, and what the adapter gives its constructor besides
-    fix.kwargs: the names of its positional and keyword arguments. A base whose class gets fix.kwargs alone is
-    built for real before any rank starts; the others are bound to the constructor's signature."""
+    fix.kwargs: the names of its positional and keyword arguments, and what each is when the class is built before
+    any rank starts (built_with: a value, FromConfig, FOLDER or STAND_IN). A class whose every given argument has
+    one is built for real then, so a constructor that raises is refused in one line; the others are only bound to
+    the constructor's signature."""
 
     path: str  # dotted: package.module.Class
     positional: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
+    built_with: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Framework:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from train.config import ConfigError
+from train.frameworks.base import FOLDER, STAND_IN, FromConfig, OwnBase
 from train.launch.plan import the_framework
 
 
@@ -23,7 +24,7 @@ def check_own_class(cfg: dict, timeout_s: float = 600):
     if not target:
         raise ConfigError("fix=own: give the class to test, fix._target_=package.module.Class "
                           "(importable: in the folder you run from, installed, or on PYTHONPATH)")
-    bases = {base.path: [list(base.positional), list(base.keywords)] for base in the_framework(cfg).own_bases}
+    bases = {base.path: as_sent(base, cfg) for base in the_framework(cfg).own_bases}
     try:
         done = subprocess.run([sys.executable, "-P", "-m", "train.launch.own_class_probe", target, json.dumps(kwargs),
                                json.dumps(bases)],
@@ -33,6 +34,29 @@ def check_own_class(cfg: dict, timeout_s: float = 600):
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         raise ConfigError(f"fix._target_={target!r}: {why}")
+
+
+def as_sent(base: OwnBase, cfg: dict) -> list:
+    """What the probe is told of a base: [its positional names, its keyword names, how to build it: each given
+    argument's {"value": ...}, {"folder": true} or {"stand_in": true}, or None where one has none: bound only]."""
+    given = [*base.positional, *base.keywords]
+    built = None
+    if all(name in base.built_with for name in given):
+        built = {name: sent(base.built_with[name], cfg) for name in given}
+    return [list(base.positional), list(base.keywords), built]
+
+
+def sent(how, cfg: dict) -> dict:
+    if isinstance(how, FromConfig):
+        value = cfg
+        for part in how.key.split("."):
+            value = value[part]
+        return {"value": value}
+    if how == FOLDER:
+        return {"folder": True}
+    if how == STAND_IN:
+        return {"stand_in": True}
+    return {"value": how}
 
 
 def check_kwargs(cfg: dict):

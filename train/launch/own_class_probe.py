@@ -4,19 +4,39 @@ fix.kwargs alone, build) it with the arguments it will get. Exits with one line 
 
     python -P -m train.launch.own_class_probe TARGET KWARGS_JSON BASES_JSON
 
-BASES_JSON: {dotted base: [positional names, keyword names]}. It imports as a rank does (train/rank/entry.py):
-race-lab's own `train` first (-P keeps the folder run from off sys.path until then), then that folder."""
+BASES_JSON: {dotted base: [positional names, keyword names, how to build it or null]} (own_class.as_sent). It
+imports as a rank does (train/rank/entry.py): race-lab's own `train` first (-P keeps the folder run from off
+sys.path until then), then that folder."""
 
 import importlib
 import inspect
 import json
 import os
 import sys
+import tempfile
 
 
 def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+class StandIn:
+    """What the adapter hands a class of yours from its rank (its event log, its faults): any attribute, any call."""
+
+    def __getattr__(self, name):
+        return self
+
+    def __call__(self, *args, **kwargs):
+        return self
+
+
+def made(how: dict, folder: str):
+    if how.get("folder"):
+        return folder
+    if how.get("stand_in"):
+        return StandIn()
+    return how["value"]
 
 
 def resolve(dotted: str):
@@ -48,7 +68,7 @@ def probe(target: str, kwargs: dict, bases: dict) -> str:
     base = next((base for base in sorted(bases, key=loaded, reverse=True) if issubclass(found, resolve(base))), None)
     if base is None:
         return "is a class of another kind, not a subclass of " + " or ".join(bases)
-    positional, keywords = bases[base]
+    positional, keywords, built = bases[base]
     try:
         inspect.signature(found).bind(*positional, **dict.fromkeys(keywords), **kwargs)
     except TypeError as e:
@@ -58,9 +78,12 @@ def probe(target: str, kwargs: dict, bases: dict) -> str:
         )
     except ValueError:
         pass  # no signature to read (a builtin's): the build below, or the ranks, will tell
-    if not positional and not keywords:
+    if built is None:  # what the adapter gives it cannot be made here: bound only, above
+        return ""
+    with tempfile.TemporaryDirectory(prefix="race-lab-own-class-") as folder:
+        given = {name: made(how, folder) for name, how in built.items()}
         try:
-            found(**kwargs)
+            found(*(given[name] for name in positional), **{name: given[name] for name in keywords}, **kwargs)
         except Exception as e:
             return f"cannot be built ({first_line(e)})"
     return ""

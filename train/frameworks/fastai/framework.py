@@ -1,7 +1,7 @@
 """fastai's contract (train/frameworks/base.py): SaveModelCallback(every='improvement') saves the best on rank 0
 and every rank loads it when fit ends (the seed); each fix is a SaveModelCallback subclass (callbacks.py)."""
 
-from train.frameworks.base import Framework, OwnBase
+from train.frameworks.base import STAND_IN, Framework, FromConfig, OwnBase
 
 # the fixes that are a SaveModelCallback subclass of callbacks.py's, each named by its config's fix._target_
 CALLBACKS = ("unsynced", "barrier", "poll", "atomic", "agreed", "broadcast", "dcp", "save_on_each_node", "rank0_leads")
@@ -26,5 +26,11 @@ class Fastai(Framework):
             "train.frameworks.fastai.callbacks.RaceSaveModelCallback",
             positional=("events", "faults", "checkpoint"),
             keywords=("timeout_s",),
+            built_with={
+                "events": STAND_IN,
+                "faults": STAND_IN,
+                "checkpoint": FromConfig("checkpoint"),
+                "timeout_s": FromConfig("timeout.collective_s"),
+            },
         ),
     )

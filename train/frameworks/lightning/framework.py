@@ -2,9 +2,16 @@
 (load_best.py, under either Lightning package: lightning_package.py); fit(ckpt_path="last") at the start of every
 attempt (resume.py); AsyncCheckpointIO around it where a scenario saves async (async_save.py)."""
 
-from train.frameworks.base import Framework, OwnBase
+from train.frameworks.base import FOLDER, Framework, FromConfig, OwnBase
 
-CHECKPOINT_ARGUMENTS = ("dirpath", "filename", "monitor", "mode", "save_top_k")  # what the adapter gives yours
+# what the adapter gives a ModelCheckpoint of yours (load_best.py)
+CHECKPOINT_ARGUMENTS = {
+    "dirpath": FOLDER,
+    "filename": FromConfig("checkpoint.name"),
+    "monitor": "val_acc",
+    "mode": "max",
+    "save_top_k": 1,
+}
 
 
 class Lightning(Framework):
@@ -56,7 +63,7 @@ class Lightning(Framework):
         "scenario=async_top_k",
     }
     own_bases = tuple(
-        OwnBase(f"{package}.{base}", keywords=keywords)
+        OwnBase(f"{package}.{base}", keywords=tuple(given), built_with=given)
         for package in ("pytorch_lightning", "lightning.pytorch")
-        for base, keywords in (("plugins.TorchCheckpointIO", ()), ("callbacks.ModelCheckpoint", CHECKPOINT_ARGUMENTS))
+        for base, given in (("plugins.TorchCheckpointIO", {}), ("callbacks.ModelCheckpoint", CHECKPOINT_ARGUMENTS))
     )
