@@ -31,12 +31,19 @@ def events_below(root: Path) -> list:
     return found
 
 
-def interrupt(root: Path, args: list, *, after: float, whole_group: bool = True, when=None):
-    """Start python -m train with args in its own process group; once rank 0 has started fitting (or
-    `when(events)` holds), wait `after` s, send SIGINT to the group (Ctrl-C) or to the launcher alone.
+def ignore_sigint():
+    """As a non-interactive shell starts `race-lab ... &`: SIGINT ignored, inherited by what it execs."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def interrupt(root: Path, args: list, *, after: float, whole_group: bool = True, when=None, sigint_ignored=False):
+    """Start python -m train with args in its own process group (with SIGINT ignored, as a shell's background job
+    gets it, if sigint_ignored); once rank 0 has started fitting (or `when(events)` holds), wait `after` s, send
+    SIGINT to the group (Ctrl-C) or to the launcher alone.
     Returns (exit code, seconds from the signal to the exit, the time it was sent, the console output)."""
     proc = subprocess.Popen([sys.executable, "-m", "train", *args], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=tagged_env(str(root)))
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=tagged_env(str(root)),
+                            preexec_fn=ignore_sigint if sigint_ignored else None)
     when = when or (lambda events: [e for e in events if e["rank"] == 0 and e["event"] == "fit_start"])
     try:
         deadline = time.time() + 240
@@ -88,6 +95,26 @@ def test_ctrl_c_stops_a_run_at_once_and_nothing_saves_or_loads_after_it(tmp_path
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["status"], summary["verdict"]) == ("interrupted", "interrupted")
     assert summary["explanation"] == "interrupted: the run was stopped by SIGINT before it ended; no verdict"
+
+
+def test_ctrl_c_stops_a_run_started_with_sigint_ignored_as_a_background_job_is(tmp_path):
+    """issue 44's regression: started as a shell's `&` starts it (SIGINT ignored, inherited by the forkserver and
+    the ranks), a SIGINT to the group went unheard by the ranks, which trained, saved and loaded on."""
+    run_dir = tmp_path / "run"
+    rc, took, sent, out = interrupt(run_dir, [f"hydra.run.dir={run_dir}", "world_size=2", "skew.seconds=3"], after=0,
+                                    when=both_training, sigint_ignored=True)
+    assert_stopped_at_once(run_dir, rc, took, sent, out)
+
+
+def test_ctrl_c_at_start_up_before_the_run_begins_exits_130_without_a_traceback(tmp_path):
+    """SIGINT to the group while the launcher still starts (Hydra composing, before launch_start), SIGINT ignored
+    by the shell that started it: an interrupt, exit 130, no run recorded."""
+    run_dir = tmp_path / "run"
+    rc, took, sent, out = interrupt(run_dir, [f"hydra.run.dir={run_dir}", "world_size=2"], after=0.3,
+                                    when=lambda events: True, sigint_ignored=True)
+    assert rc == 130 and took < STOP_WITHIN_S, out[-3000:]
+    assert "Traceback" not in out and not processes_tagged(str(run_dir))
+    assert not [e for e in events_below(run_dir) if e["event"] in ("save_end", "load_done")]
 
 
 def test_sigint_to_the_launcher_alone_stops_ranks_in_a_stall_and_a_barrier(tmp_path):

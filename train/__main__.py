@@ -2,6 +2,7 @@
 import atexit
 import os
 import re
+import signal
 import sys
 
 RENAMED = {"callback": "fix"}  # an old name of a key or group -> its name now; the old one still works
@@ -34,6 +35,22 @@ def exit_without_teardown(code):
 def cli():
     """The command line: `python -m train` and the `race-lab` command (pyproject.toml) both call this.
     It never returns: it exits through exit_without_teardown."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started with SIGINT ignored (a shell's `race-lab ... &` without job control): a SIGINT to the process group
+        # still stops the run, and the forkserver and ranks started from here inherit a SIGINT they can take
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        run_cli()
+    except KeyboardInterrupt:  # before the launcher's own handlers are in place (or after): an interrupt, not a trace
+        print("interrupted: stopped by SIGINT", file=sys.stderr)
+        exit_without_teardown(130)
+
+
+def run_cli():
+    """race-lab check, or one Hydra run or sweep of python -m train."""
+    # numpy before torch: torch's C init imports numpy and drops any exception from it, a Ctrl-C's KeyboardInterrupt
+    # too (the run then went on to its verdict); imported here, a Ctrl-C during it stops the run
+    import numpy  # noqa: F401
     user_wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let composition errors reach us instead of Hydra's printout
     from train.launch.defaults import with_defaults_filled

@@ -42,6 +42,8 @@ def stop_at_once_on_signal(run_dir: str):
     one thread of their own, which records `interrupted` and leaves without running anything else: no
     save, load or training step follows. Call it first, before any other thread exists."""
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    for signum in STOP_SIGNALS:  # one inherited as ignored would be discarded, never reach sigwait
+        signal.signal(signum, signal.SIG_DFL)
 
     def take():
         signum = signal.sigwait(STOP_SIGNALS)

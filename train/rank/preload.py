@@ -12,13 +12,19 @@ Besides the worker's imports, one quiet rule: a rank that the forkserver was sti
 the run was stopped (Ctrl-C, docker stop) finds its start-up locks already removed by the stopping
 launcher. Its FileNotFoundError from SemLock._rebuild is the stop, not a failure, so it ends without
 a traceback. Any other error is printed as usual.
+A Ctrl-C (SIGINT to the process group) while the forkserver still imports is the launcher's to act on: it stops
+the server at exit. So the server ignores SIGINT from its first import on, as it does once it serves (a
+KeyboardInterrupt here printed a traceback of torch's import); the ranks it forks take SIGINT again (entry.py).
 """
+import signal
 import sys
 import traceback
 
-from train.process import end_with_parent
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+from train.process import end_with_parent  # noqa: E402
 import train.rank.entry  # noqa: F401,E402  (what a forked rank unpickles: its entry point)
-import train.rank.worker  # noqa: F401  (torch and the worker, imported once for every rank)
+import train.rank.worker  # noqa: F401,E402  (torch and the worker, imported once for every rank)
 import torch._dynamo  # noqa: F401,E402  (DistributedDataParallel imports it on first use: about 3 s a rank)
 import torch.distributed.algorithms.ddp_comm_hooks  # noqa: F401,E402
 import torch.nn.parallel.distributed  # noqa: F401,E402
