@@ -10,7 +10,6 @@ import threading
 import time
 import traceback
 from dataclasses import asdict
-from multiprocessing import forkserver
 from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
@@ -20,7 +19,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from train.events import EventLog, read_events
 from train.judge.crash_loop import crash_loop
-from train.launch.forkserver import ensure_forkserver, framework_modules
+from train.launch.forkserver import ensure_forkserver, framework_modules, start_now as start_forkserver_now
 from train.launch.nodes import rank_start_method
 from train.launch.preflight import first_line
 from train.launch.quiet import quiet_console
@@ -251,7 +250,7 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         ensure_forkserver(framework_modules(cfg["framework"]["name"]), nodes_here=True)
         # started now, not at the first rank inside quiet_console: the server, and the node agents and ranks it
         # forks, keep the console as their stderr, not this run's logs/launcher.log (returns at once)
-        forkserver.ensure_running()
+        start_forkserver_now()
     taken = port_in_use(cfg["rdzv"]["endpoint"]) if nodes == 1 else None  # other nodes' agents use it too
     exit_barrier_within(cfg["timeout"]["collective_s"])
     pace_rendezvous(nodes, nodes > 1 and merged_here())

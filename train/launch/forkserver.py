@@ -81,11 +81,22 @@ def start_forkserver(argv) -> bool:
     """Start the forkserver now when the command line allows it; True when started."""
     if not forkserver_wanted(argv):
         return False
+    ensure_forkserver(adapters_named(argv), nodes_here_named(argv))
+    start_now()  # returns at once; the server imports in its own process
+    return True
+
+
+def start_now():
+    """Start the forkserver (if it is not running) with SIGINT blocked, until its preload ignores it
+    (train/rank/preload.py): a Ctrl-C as it starts is the launcher's to act on, which takes it as soon as the
+    server is started (a KeyboardInterrupt in the server's own start-up printed a traceback)."""
     from multiprocessing import forkserver
 
-    ensure_forkserver(adapters_named(argv), nodes_here_named(argv))
-    forkserver.ensure_running()  # returns at once; the server imports in its own process
-    return True
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def ensure_forkserver(adapters, nodes_here: bool = False):

@@ -21,6 +21,7 @@ import sys
 import traceback
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked while the server started (forkserver.start_now)
 
 from train.process import end_with_parent  # noqa: E402
 import train.rank.entry  # noqa: F401,E402  (what a forked rank unpickles: its entry point)
