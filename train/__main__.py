@@ -46,11 +46,23 @@ def cli():
         exit_without_teardown(130)
 
 
+def import_torch_taking_sigint_after():
+    """import torch (and numpy, which its C init imports), with a Ctrl-C during it taken once it is done (about 2 s
+    here). A KeyboardInterrupt raised inside it was dropped by torch's C init (its numpy import: the run went on
+    to its verdict, exit 0) or aborted the process from a C++ callback (pybind11: SIGABRT, exit -6)."""
+    came = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+    try:
+        import numpy  # noqa: F401
+        import torch  # noqa: F401
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if came:
+        raise KeyboardInterrupt
+
+
 def run_cli():
     """race-lab check, or one Hydra run or sweep of python -m train."""
-    # numpy before torch: torch's C init imports numpy and drops any exception from it, a Ctrl-C's KeyboardInterrupt
-    # too (the run then went on to its verdict); imported here, a Ctrl-C during it stops the run
-    import numpy  # noqa: F401
     user_wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let composition errors reach us instead of Hydra's printout
     from train.launch.defaults import with_defaults_filled
@@ -63,6 +75,7 @@ def run_cli():
     from train.launch.forkserver import start_forkserver
 
     start_forkserver(sys.argv[1:])  # its preload overlaps the launcher's own start-up (torch, Hydra)
+    import_torch_taking_sigint_after()
     from train.launch.preflight import EXIT_BAD_CONFIG, started
     from train.launch.job import main
     from train.launch.hydra_errors import config_error_line

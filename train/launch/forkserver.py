@@ -90,8 +90,9 @@ def start_now():
     """Start the forkserver (if it is not running) with SIGINT blocked, until its preload ignores it
     (train/rank/preload.py): a Ctrl-C as it starts is the launcher's to act on, which takes it as soon as the
     server is started (a KeyboardInterrupt in the server's own start-up printed a traceback)."""
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, resource_tracker
 
+    resource_tracker.ensure_running()  # first: its own start unblocks SIGINT when done (CPython's bpo-33613 mask)
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         forkserver.ensure_running()
