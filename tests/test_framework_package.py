@@ -49,6 +49,11 @@ def test_the_in_house_trainer_as_written_races_and_its_barrier_holds_the_seed(in
     shipped = run_train(tmp_path / "as_shipped", "framework=inhouse", "world_size=2", env=with_path(installed))
     assert shipped.rc == 0, shipped.err[-2000:]
     assert shipped.summary["verdict"] == "race" and shipped.outcomes()[1] in ("stale", "missing"), shipped.out[-1500:]
+    assert shipped.summary["environment"]["framework"] == {
+        "name": "inhouse",
+        "distribution": "inhouse-trainer",
+        "version": "0.1.0",
+    }
     barrier = run_train(
         tmp_path / "barrier", "framework=inhouse", "fix=barrier", "world_size=2", env=with_path(installed)
     )

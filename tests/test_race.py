@@ -68,6 +68,7 @@ def test_unsynced_seed_scenario_races_and_records_everything(runs):
     assert s["config"]["scenario"] == "seed"
     env = s["environment"]
     assert env["torch"] and env["fastai"] == "2.8.12" and env["python"] and env["host"]
+    assert env["framework"] == {"name": "fastai", "distribution": "fastai", "version": "2.8.12"}  # its contract's
     assert set(env["git"]) == {"sha", "dirty"}
 
     # the run dir: hydra config, each rank's events and logs, the checkpoint

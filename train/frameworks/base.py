@@ -63,7 +63,7 @@ class Framework:
     needs more than calling one function with the rank."""
 
     name: ClassVar[str]  # framework=<name>
-    distribution: ClassVar[str]  # the installed distribution the report names with its version ("" for none)
+    distribution: ClassVar[str]  # its installed distribution: summary.json records its version ("" for none)
     workloads: ClassVar[Mapping[str, str]]  # workload -> "module:function" taking the rank (train.toolkit.rank.Rank)
     as_shipped_fix: ClassVar[str]  # the fix a run gets when framework= is given without fix=: its code as shipped
     fixes: ClassVar[Mapping[str, frozenset[str]]]  # workload -> the fixes (configs/fix/) its adapter does for it
@@ -71,9 +71,7 @@ class Framework:
     provides: ClassVar[frozenset[str]] = frozenset()  # of CAPABILITIES
     lacks: ClassVar[Mapping[str, str]] = {}  # workload or capability it lacks -> its one-line why
     own_bases: ClassVar[tuple[OwnBase, ...]] = ()  # what a class of yours (fix=own) may subclass
-    preload: ClassVar[
-        tuple[str, ...]
-    ] = ()  # modules the forkserver imports before the workloads' (an environment to set)
+    preload: ClassVar[tuple[str, ...]] = ()  # what the forkserver imports before the workloads' modules
     config: ClassVar[Mapping[str, Any]] = {}  # a framework with no configs/framework/ file: what its option sets
 
     def run(self, workload: str, rank: Any) -> Any:

@@ -86,7 +86,7 @@ def _run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: 
     events = read_events(run_dir)
     verdict = judge(events, cfg["world_size"]).as_dict()
     summary = {**verdict, "status": status, "config": cfg, "plan": asdict(plan), "node_disk": node_records.disk_form(events),
-               "environment": environment(), "run_dir": str(run_dir)}
+               "environment": environment(cfg["framework"]["name"]), "run_dir": str(run_dir)}
     summary["holds_with"] = holds_with_run(summary)
     write_json_atomic(run_dir / "summary.json", summary)
     print("\n" + format_table(verdict) + f"\n\n{verdict['explanation']}{advice(summary)}\n"

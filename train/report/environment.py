@@ -31,10 +31,18 @@ def _git():
         return None
 
 
-def environment() -> dict:
+def environment(framework: str = "") -> dict:
     """The environment, gathered once per process: a sweep's jobs share it (git state included), and
-    each job gets its own copy."""
-    return copy.deepcopy(_environment())
+    each job gets its own copy; with `framework`, the run's framework and its installed version, as its contract
+    names its distribution."""
+    found = copy.deepcopy(_environment())
+    if framework:
+        from train.frameworks.registry import get
+
+        distribution = get(framework).distribution
+        found["framework"] = {"name": framework, "distribution": distribution,
+                              "version": _version(distribution) if distribution else None}
+    return found
 
 
 @functools.lru_cache(maxsize=None)
