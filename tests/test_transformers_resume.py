@@ -137,7 +137,7 @@ def test_cleanup_as_shipped_rotates_on_rank0_alone_and_is_clean(groups):
 
 
 @pytest.mark.parametrize("overrides, reason", [
-    (["scenario=pointer_first", "fix=as_shipped"], "the Trainer keeps no pointer"),
+    (["scenario=pointer_first", "fix=as_shipped"], "needs pointer; transformers has none: the Trainer keeps no pointer"),
     (["scenario=cleanup", "fix=rank0_rotates"], "already as shipped: the Trainer's rotation"),
     (["scenario=crash_mid_save", "fix=dcp"], "torch.distributed.checkpoint would replace the Trainer's save"),
     (["scenario=crash_mid_save", "fix=in_place"], "the naive resume loop of framework=torch_loop"),
