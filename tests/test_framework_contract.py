@@ -70,3 +70,17 @@ def test_a_name_no_framework_is_registered_under_is_one_line_naming_those_that_a
         get("nope")
     assert str(e.value).startswith("framework=nope: none is registered under the entry points 'race_lab.frameworks'")
     assert all(name in str(e.value) for name in names())
+
+
+def test_race_labs_own_frameworks_are_found_from_a_checkout_not_installed_as_a_package(monkeypatch):
+    """The container image runs python -m train from /app, not pip-installed: no entry points in any installed
+    distribution, race-lab's pyproject.toml registers its own."""
+    from train.frameworks import registry
+
+    monkeypatch.setattr(registry, "entry_points", lambda group: [])
+    registry.frameworks.cache_clear()
+    try:
+        assert {"fastai", "lightning", "transformers", "accelerate", "torch_loop", "deepspeed"} == set(registry.names())
+        assert registry.frameworks()["fastai"].value == "train.frameworks.fastai:Fastai"
+    finally:
+        registry.frameworks.cache_clear()

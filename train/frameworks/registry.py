@@ -11,12 +11,14 @@ configs/framework/ gets its config group option from its contract (register_conf
 """
 
 import functools
+import tomllib
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 from train.frameworks.base import Framework
 
 GROUP = "race_lab.frameworks"
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"  # race-lab's own, where it runs from a checkout
 
 
 class NotAFramework(ValueError):
@@ -26,11 +28,22 @@ class NotAFramework(ValueError):
 @functools.lru_cache(maxsize=None)
 def frameworks() -> dict[str, EntryPoint]:
     """Every registered framework by name, race-lab's own first, then the others by name."""
-    found = {}
-    for point in sorted(entry_points(group=GROUP), key=lambda p: (not p.value.startswith("train."), p.name)):
+    found: dict[str, EntryPoint] = {}
+    points = [*entry_points(group=GROUP), *own_entry_points()]
+    for point in sorted(points, key=lambda p: (not p.value.startswith("train."), p.name)):
         if point.name not in found:  # the same package on sys.path twice (an editable install) lists it twice
             found[point.name] = point
     return found
+
+
+def own_entry_points() -> list[EntryPoint]:
+    """race-lab's own frameworks as its pyproject.toml registers them, for a checkout that is not installed as a
+    package (the container image runs python -m train from /app): the same declaration, read as data."""
+    try:
+        declared = tomllib.loads(PYPROJECT.read_text())["project"]["entry-points"][GROUP]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return []
+    return [EntryPoint(name, value, GROUP) for name, value in declared.items()]
 
 
 def names() -> list[str]:
