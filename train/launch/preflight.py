@@ -30,7 +30,10 @@ def discard_run_dir(run_dir: Path):
     for d in (run_dir, *run_dir.parents):  # and its parents that are now empty, up to the working dir
         if d == Path.cwd() or not d.exists() or any(d.iterdir()):
             break
-        d.rmdir()
+        try:
+            d.rmdir()
+        except OSError:  # a folder whose parent is not ours to change (another user's): it stays
+            break
 
 
 def check_data_reachable(data: dict):
