@@ -97,6 +97,7 @@ def test_ctrl_c_stops_a_run_at_once_and_nothing_saves_or_loads_after_it(tmp_path
     assert summary["explanation"] == "interrupted: the run was stopped by SIGINT before it ended; no verdict"
 
 
+@pytest.mark.slow  # make test-fast keeps the start-up case below, the one that failed before
 def test_ctrl_c_stops_a_run_started_with_sigint_ignored_as_a_background_job_is(tmp_path):
     """issue 44's regression: started as a shell's `&` starts it (SIGINT ignored, inherited by the forkserver and
     the ranks), a SIGINT to the group went unheard by the ranks, which trained, saved and loaded on."""

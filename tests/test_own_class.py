@@ -182,6 +182,7 @@ class RaisingCheckpoint(ModelCheckpoint):
 '''
 
 
+@pytest.mark.slow  # a process that imports fastai or Lightning each: about 15 s apiece on 2 busy cores
 @pytest.mark.parametrize("framework, target, says", [
     ("fastai", "raising.RaisingSaveModelCallback", "cannot be built (RuntimeError: no quota for best.pth)"),
     ("lightning", "raising.RaisingCheckpoint", "cannot be built (RuntimeError: val_acc is not logged by our module)"),
