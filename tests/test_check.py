@@ -84,6 +84,30 @@ def test_a_check_that_held_every_scenario_is_safe_and_a_failed_harness_is_no_rac
     assert "not a race" in last_line(failed)
 
 
+OWN = {**PLAN, "fix": "own", "class": "mine.Keeper", "left_out": [],
+       "scenarios": [{"name": "seed", "workload": "load_best", "cannot": None},
+                     {"name": "crash_mid_save", "workload": "resume", "cannot": "a fix of the load of the best"},
+                     {"name": "cleanup", "workload": "resume", "cannot": "a fix of the load of the best"}]}
+
+
+def test_a_scenario_your_class_cannot_run_is_not_checked_and_never_counted():
+    """fix=own: an n/a scenario is said (not checked), neither held nor raced; the check is safe on the rest unless
+    check.strict, and a race elsewhere is counted among the checked only."""
+    checked = result(OWN, {"seed": [summary("clean")] * 2}, MEASURED)
+    rows = {r["name"]: r for r in checked["scenarios"]}
+    assert rows["cleanup"]["verdict"] == "not_checked" and rows["cleanup"]["explanation"].startswith("not checked: ")
+    assert checked["verdict"] == "safe"
+    assert last_line(checked) == (
+        "safe on the 1 checked; 2 not checkable (crash_mid_save, cleanup: a fix of the load of the best; if your "
+        "jobs never restart, check.restarts=false leaves them out; check.strict=true fails the check on them)")
+    assert "  cleanup         resume     not checked" in card(checked)
+    strict = result({**OWN, "strict": True}, {"seed": [summary("clean")] * 2}, MEASURED)
+    assert strict["verdict"] == "unsafe" and last_line(strict).startswith("unsafe: held the 1 checked; 2 not checkable")
+    raced = result(OWN, {"seed": [summary("race", "rank 1 stale")] * 2}, MEASURED)
+    assert raced["verdict"] == "unsafe"
+    assert last_line(raced).startswith("unsafe: raced in 1 of 1 checked (seed); 2 not checkable (")
+
+
 def test_the_setup_leaves_out_the_scenarios_it_cannot_meet_and_an_na_cell_counts_against_the_fix():
     plan = plan_check(["framework=fastai", "fix=dcp", "check.disks=shared"])
     ran = {s["name"]: s["cannot"] for s in plan["scenarios"]}

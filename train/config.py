@@ -2,8 +2,7 @@
 
 Hydra composes `configs/train.yaml` on top of `TrainConfig` (registered below as `train_schema`),
 so a key that is not declared here, or a value of the wrong type, is refused while composing.
-`check()` then enforces the ranges; rules that tie keys together live in train/launch/plan.py.
-README's key table is made from this module: `python -m train.config` prints it.
+`check()` enforces the ranges (the rules across keys: train/launch/plan.py); `python -m train.config` prints docs/keys.md.
 """
 import math
 import sys
@@ -147,6 +146,7 @@ class CheckConfig:
                              "checks only those (framework=torch_loop's dcp.async_save, lightning's AsyncCheckpointIO)",
                      choices=["sync", "async"])
     jobs: int = key(0, "race-lab check: runs side by side; 0: one more than cores", min=0)
+    strict: bool = key(False, "race-lab check fix=own: true fails the check on a scenario your class cannot run")
 
 
 @dataclass

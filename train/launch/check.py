@@ -87,7 +87,7 @@ def _plan(argv: list) -> dict:
     if fix == "own":
         check_own_class(first)
     plan = {"framework": framework, "fix": fix, "class": first["fix"].get("_target_") if fix == "own" else None,
-            "repeats": setup["repeats"], "world_size": 2, "scenarios": [], "left_out": [],
+            "repeats": setup["repeats"], "world_size": 2, "scenarios": [], "left_out": [], "strict": setup["strict"],
             "setup": {"disks": setup["disks"], "restarts": setup["restarts"], "saves": setup["saves"]}}
     for name in scenarios:
         cfg = compose_scenario(argv, name)

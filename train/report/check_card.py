@@ -10,6 +10,7 @@ from train.report.measured import FIRST_CHOICE, holds_with, recommended
 
 HELD = ("clean", "save_failed")  # save_failed: every rank on the same weights, and each says the save failed
 NOT_COUNTED = rates.NOT_COUNTED
+NOT_CHECKED = "not_checked"  # a scenario a class of yours cannot run in: neither held nor raced
 FIX_DOCS = "docs/fixes/{framework}.md"  # the rank0_leads file of that framework, to copy (docs/fixes/)
 FRAMEWORK_DOCS = "docs/frameworks.md"  # each framework's section says what its other fixes do
 ASYNC_DOCS = "docs/async.md"  # the async saves' fixes (check.saves=async)
@@ -55,29 +56,43 @@ def cannot_row(name: str, workload: str, reason: str, measured: dict) -> dict:
             "holds_with": holds_with(measured, name)}
 
 
+def not_checked_row(name: str, workload: str, reason: str, measured: dict) -> dict:
+    """A scenario that cannot run with a class of yours (fix=own): said, and neither held nor raced."""
+    return {"name": name, "workload": workload, "verdict": NOT_CHECKED, "counted": 0, "races": 0, "not_counted": 0,
+            "ci_low": 0.0, "ci_high": 1.0, "explanation": f"not checked: {reason}",
+            "holds_with": holds_with(measured, name)}
+
+
 def result(plan: dict, summaries_by_scenario: dict, measured: dict) -> dict:
     """check.json: the verdict, the framework and class, one entry per scenario, what was left out and why, and
-    the fix that holds every scenario."""
+    the fix that holds every scenario. An n/a cell counts against a shipped fix; for a class of yours it is not
+    checked (plan["strict"]: it fails the check too)."""
     rows = []
     for s in plan["scenarios"]:
-        if s.get("cannot"):
+        if s.get("cannot") and plan["fix"] == "own":
+            rows.append(not_checked_row(s["name"], s["workload"], s["cannot"], measured))
+        elif s.get("cannot"):
             rows.append(cannot_row(s["name"], s["workload"], s["cannot"], measured))
         else:
             rows.append(scenario_row(s["name"], s["workload"], summaries_by_scenario.get(s["name"], []), measured))
     errors = [r["name"] for r in rows if r["verdict"] == "error"]
     raced = [r["name"] for r in rows if r["verdict"] == "raced"]
-    verdict = "error" if errors else "unsafe" if raced else "safe"
+    unchecked = [r["name"] for r in rows if r["verdict"] == NOT_CHECKED]
+    verdict = "error" if errors else "unsafe" if raced or (unchecked and plan.get("strict")) else "safe"
     names = [r["name"] for r in rows]
     best = plan["fix"] if verdict == "safe" else recommended(measured, names)
     return {"verdict": verdict, "framework": plan["framework"], "fix": plan["fix"], "class": plan.get("class"),
             "repeats": plan["repeats"], "world_size": plan["world_size"], "setup": plan["setup"],
             "scenarios": rows, "left_out": plan["left_out"], "recommended": best,
-            "fix_docs": fix_docs(plan["framework"], best, plan["setup"].get("saves", "sync")), "errors": errors}
+            "fix_docs": fix_docs(plan["framework"], best, plan["setup"].get("saves", "sync")), "errors": errors,
+            "strict": bool(plan.get("strict"))}
 
 
 def row_result(row: dict) -> str:
     if row["verdict"] == "error":
         return f"no verdict ({row['not_counted']} run(s) failed)"
+    if row["verdict"] == NOT_CHECKED:
+        return "not checked"
     if not row["counted"]:
         return "n/a: counts as raced"
     return f"{row['verdict']}: race {rates.share(row['races'], row['counted'])}"
@@ -88,20 +103,39 @@ def _what(result_: dict) -> str:
     return f"framework={result_['framework']} fix={result_['fix']}" + (f" ({cls})" if cls else "")
 
 
+def not_checkable(rows: list, strict: bool) -> str:
+    """`M not checkable (names: why; how to check them)`, or '' when every scenario was checked."""
+    unchecked = [r for r in rows if r["verdict"] == NOT_CHECKED]
+    if not unchecked:
+        return ""
+    whys = Counter(r["explanation"].removeprefix("not checked: ") for r in unchecked)
+    how = ("if your jobs never restart, check.restarts=false leaves them out" if
+           all(r["workload"] == "resume" for r in unchecked) else "a shipped fix of this framework checks them")
+    gate = "check.strict=true fails the check on them" if not strict else "check.strict=true: they fail the check"
+    return (f"{len(unchecked)} not checkable ({', '.join(r['name'] for r in unchecked)}: "
+            f"{'; '.join(whys)}; {how}; {gate})")
+
+
 def last_line(result_: dict) -> str:
-    """safe: held all N scenarios | unsafe: raced in K of N (...); the change that holds all N: <fix> (docs)."""
+    """safe: held all N scenarios | unsafe: raced in K of N (...); the change that holds all N: <fix> (docs). For a
+    class of yours with scenarios it cannot run: safe on the N checked; M not checkable (...)."""
     rows = result_["scenarios"]
-    n = len(rows)
+    unchecked = not_checkable(rows, result_.get("strict", False))
+    n = len([r for r in rows if r["verdict"] != NOT_CHECKED])
     if result_["verdict"] == "safe":
-        return f"safe: held all {n} scenarios"
+        return f"safe on the {n} checked; {unchecked}" if unchecked else f"safe: held all {n} scenarios"
     if result_["verdict"] == "error":
         return (f"error: no verdict for {', '.join(result_['errors'])}: the harness failed there (their runs' "
                 "logs say why); not a race")
     raced = [r["name"] for r in rows if r["verdict"] == "raced"]
-    line = f"unsafe: raced in {len(raced)} of {n} ({', '.join(raced)})"
+    if not raced:
+        return f"unsafe: held the {n} checked; {unchecked}"
+    line = f"unsafe: raced in {len(raced)} of {n}{' checked' if unchecked else ''} ({', '.join(raced)})"
+    if unchecked:
+        line += f"; {unchecked}"
     if result_["recommended"]:
-        return line + f"; the change that holds all {n}: fix={result_['recommended']} ({result_['fix_docs']})"
-    return line + f"; no fix measured for {result_['framework']} holds all {n}"
+        return line + f"; the change that holds all {len(rows)}: fix={result_['recommended']} ({result_['fix_docs']})"
+    return line + f"; no fix measured for {result_['framework']} holds all {len(rows)}"
 
 
 def card(result_: dict) -> str:
