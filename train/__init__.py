@@ -8,7 +8,8 @@ The story, in reading order (.importlinter holds the layers: each part imports o
                  a sweep's progress (sweep.py), its n/a jobs left out before any starts (cells.py, with the
                  sweeper in plugins/hydra_plugins/), the forkserver (forkserver.py), Hydra's errors in one line
   rank/          one rank: its entry point (entry.py), the worker that joins the group and hands over to the
-                 framework's adapter (worker.py), what the forkserver imports once (preload.py)
+                 framework's adapter (worker.py), what any code of the rank does to checkpoint files, seen through
+                 Python's audit hooks (observe.py), what the forkserver imports once (preload.py)
   frameworks/    the framework axis: one package per framework (fastai, lightning, transformers, accelerate,
                  torch_loop), each with its load-best and resume adapters, faults at its public seams
   fixes.py       the fix axis: each fix written once as a strategy (atomic write, broadcast, agree, dcp ...)
@@ -17,7 +18,7 @@ The story, in reading order (.importlinter holds the layers: each part imports o
                  (errors.py), the small model (model.py) and its data (data.py), the hang detector (hang.py)
   events.py      each rank's append-only event log
   judge/         judging, pure functions over event records: the vocabulary, the load-best verdict and its
-                 sentence, the resume verdict, and which applies (verdict.py)
+                 sentence, your own code's reads (own_reads.py), the resume verdict, and which applies (verdict.py)
   report/        reporting: runs -> report.csv/md and figures, the matrix (csv, md, png, html), rates with
                  their intervals, the console table, several nodes' records merged; python -m train.report
   bench/         make bench: time to verdict, each figure beside its goal

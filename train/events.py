@@ -9,6 +9,7 @@ they start, train/rank/worker.py agree_on_attempt; else the agent's own TORCHELA
 """
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +25,8 @@ JUDGED = frozenset({
     "final", "crash", "interrupted", "rank_end",
     # the resume loop, sharded and async saves
     "loop_start", "resume", "rotate_error", "shard_write", "shard_read", "save_dispatch", "save_commit",
+    # what any code did to checkpoint files (train/rank/observe.py)
+    "file_op", "file_state",
     # the launcher
     "launch_start", "rank_failed", "signal", "launch_error", "launch_end", "crash_loop",
 })
@@ -66,6 +69,7 @@ class EventLog:
         path = events_dir(run_dir) / f"{name}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")
+        self._lock = threading.Lock()  # one line at a time: the file observer records from any thread
 
     def record(self, event: str, **fields) -> dict:
         if event not in EVENTS:
@@ -73,9 +77,10 @@ class EventLog:
         entry = {"t": time.time(), "rank": self.rank, "event": event, **fields}
         if self.attempt is not None:
             entry["attempt"] = self.attempt
-        self._file.write(json.dumps(entry) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        with self._lock:
+            self._file.write(json.dumps(entry) + "\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
         return entry
 
     def close(self):

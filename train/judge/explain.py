@@ -1,6 +1,7 @@
 """A load-best run's verdict in words: what each rank did, and why that makes the verdict."""
 from typing import Optional
 
+from train.judge.own_reads import YOUR_READ
 from train.judge.vocabulary import (
     ONLY_WARNED,
     Event,
@@ -80,6 +81,8 @@ def explain(outcomes: list[RankOutcome], events: list[Event], verdict: str, agre
         why = f" ({group[0].detail.split(':')[0]})" if name in ("missing", "corrupt") and group[0].detail else ""
         if name == "missing" and ONLY_WARNED in group[0].detail:  # no error raised: say what the framework did
             why = f" ({group[0].detail.split(' (')[0]})"
+        if group[0].detail.startswith(YOUR_READ):  # your code's read (own_reads.py): what it found, and where
+            what, when, why, not_here = what.split(" (")[0], "", f" ({group[0].detail})", ""
         why += not_here
         parts.append(f"{ranks_text(o.rank for o in group)} {what}{when}{why}")
     if by.get("skipped"):

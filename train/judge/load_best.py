@@ -2,6 +2,7 @@
 from typing import Any, Optional
 
 from train.judge.explain import explain, replicas
+from train.judge.own_reads import own_read
 from train.judge.vocabulary import (
     Event,
     RankOutcome,
@@ -137,6 +138,9 @@ def classify_rank(rank: int, events: list[Event]) -> RankOutcome:
     def result(outcome: str, detail: str = "", log: str = "") -> RankOutcome:
         return RankOutcome(rank, outcome, detail, rank_timings(mine, events), final["digest"] if final else "", log)
 
+    yours = own_read(mine)  # a read by your code (fix=own) that came too early decides, whatever loaded after it
+    if yours:
+        return result(*yours)
     failures = [e for e in launcher if e["event"] == "rank_failed"]
     done = last_event(mine, "load_done")
     if done:
@@ -158,7 +162,7 @@ def classify_rank(rank: int, events: list[Event]) -> RankOutcome:
     if hung:  # before its own exit code: the rank was ended on purpose, the moment the hang was certain
         return result("hung", hang_detail(hung, events))
 
-    sync = last_event(mine, "sync_error")
+    sync = last_event(mine, "sync_error") or last_event(mine, "train_error")  # a framework's call that raised
     if sync:
         return result(*_broken(rank, sync, events, failures))
 

@@ -17,7 +17,8 @@ from train.events import EventLog, attempt, elastic_restart_count, set_attempt
 from train.faults import Faults
 from train.frameworks.registry import get as framework_named
 from train.toolkit import hang
-from train.toolkit.rank import Rank, node_disk, say
+from train.rank.observe import FileWatch, code_roots
+from train.toolkit.rank import Rank, checkpoint_dir, node_disk, say
 from train.torch_private import default_store
 
 
@@ -40,8 +41,14 @@ def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
     dist.init_process_group(plan["backend"], timeout=timeout, device_id=device if device.type == "cuda" else None,
                             **attempt_store(rank, cfg["world_size"], agent))
 
+    watch = FileWatch(events, [checkpoint_dir(cfg)], code_roots(cfg["fix"]["_target_"] if cfg["fix"]["name"] ==
+                                                                "own" else None))
+    watch.install()  # what any code of this rank does to checkpoint files (train/rank/observe.py)
     framework = framework_named(cfg["framework"]["name"])()
-    framework.run(cfg["workload"], Rank(cfg, plan, run_dir, events, Faults(cfg, events, say), device))
+    try:
+        framework.run(cfg["workload"], Rank(cfg, plan, run_dir, events, Faults(cfg, events, say), device))
+    finally:
+        watch.record_end()
 
     wait_for_every_rank(cfg["world_size"], cfg["timeout"]["collective_s"] + 10)
     events.record("rank_end")

@@ -280,7 +280,7 @@ def fit_and_load(rank: Rank):
         say("Attempting to load model.")
         if guard_allows(events, cfg["checkpoint"]["guard"], best.best_model_path):
             run(events, "trainer.validate",
-                lambda: trainer.validate(module, valid_dl, ckpt_path="best", verbose=False), strategy, checkpoint_io)
+                lambda: trainer.validate(module, valid_dl, ckpt_path="best", verbose=False), strategy)
     events.record("final", digest=weights_digest(module.state_dict()))
 
 
@@ -329,11 +329,11 @@ BY_FIX = {
 }
 
 
-def run(events, what: str, call, strategy, checkpoint_io=None) -> bool:
+def run(events, what: str, call, strategy) -> bool:
     """Lightning's fit or validate; its error is said and the rank goes on to record its final weights, so that
     every rank is observed. A rank whose fit failed never reaches validate, as a user's script would not. An error
-    out of validate after its load ended well (a collective of validate's that timed out) is recorded as a
-    train_error: load_done alone would say the rank ended well."""
+    out of validate (a collective of validate's that timed out, after its load or before it, a peer gone) is
+    recorded as a train_error: load_done alone would say the rank ended well, and no event that it ended well."""
     try:
         call()
         return True
@@ -344,8 +344,8 @@ def run(events, what: str, call, strategy, checkpoint_io=None) -> bool:
         if what == "trainer.fit" and not strategy.sync_failed:  # a failed wait is its own outcome (sync_error)
             events.record("skip", reason=f"trainer.fit raised {type(e).__name__}, so validate(ckpt_path='best') "
                                          "never ran")
-        elif getattr(checkpoint_io, "loaded", False) and not strategy.sync_failed:
-            events.record("train_error", what=what, **error_fields(e))
+        elif what == "trainer.validate" and not strategy.sync_failed:  # after its load, or with none: a peer
+            events.record("train_error", what=what, **error_fields(e))  # gone, a collective that timed out
         return False
 
 
