@@ -165,3 +165,28 @@ def test_ctrl_c_stops_the_one_host_nodes_form_at_once(tmp_path):
     assert summary["verdict"] == "interrupted"
     assert [(n["node_rank"], n["status"]) for n in summary["nodes"]] == [(0, "interrupted"), (1, "interrupted")]
     assert summary["explanation"] == "interrupted: the run was stopped by SIGINT before it ended; no verdict"
+
+
+def a_rank_started(events):
+    return any(e["event"] == "rank_start" for e in events)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment, when, after", [
+    ("planning", lambda events: True, 1.5),  # composing every scenario, importing no rank yet
+    ("mid-run", a_rank_started, 1.0),  # a job's ranks running, two more jobs starting beside it
+])
+def test_ctrl_c_stops_a_check_at_once_at_any_moment(tmp_path, moment, when, after):
+    """race-lab check: the group's SIGINT ends it with 130 whatever it is doing (a loky worker it reached mid-start
+    broke the sweep's pool, and the check went on to a card of 'no verdict', exit 3), and nothing it started is
+    left (a forkserver and its resource tracker outlived it by 1-4 s)."""
+    out_dir = tmp_path / "check"
+    rc, took, sent, out = interrupt(out_dir, ["check", "framework=torch_loop", "check.repeats=1",
+                                              f"hydra.sweep.dir={out_dir}"], after=after, when=when)
+    assert rc == 130, out[-3000:]
+    assert took < STOP_WITHIN_S, f"the check took {took:.1f} s to stop"
+    assert not processes_tagged(str(out_dir))
+    assert "Traceback" not in out and out.strip().splitlines()[-1].startswith("interrupted:")
+    after_it = [(e["rank"], e["event"]) for e in events_below(out_dir) if e["t"] > sent and e["event"] in
+                ("save_start", "save_end", "load_attempt", "load_done", "resume", "final")]
+    assert after_it == [], f"ranks went on after the signal: {after_it}"

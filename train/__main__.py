@@ -24,6 +24,10 @@ def exit_without_teardown(code):
         print(code, file=sys.stderr)
         code = 1
     atexit._run_exitfuncs()
+    if code == 130:  # interrupted: nothing it started outlives it
+        from train.process import end_descendants
+
+        end_descendants()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -85,6 +89,11 @@ def run_cli():
     except SystemExit as e:
         exit_without_teardown(e.code)
     except Exception as e:
+        from train.launch.sweep import stopped_by
+
+        if stopped_by:  # a side-by-side sweep's launcher that broke on the interrupt (a worker it reached mid-start)
+            print(f"interrupted: stopped by {stopped_by[0]}", file=sys.stderr)
+            exit_without_teardown(130)
         line = None if user_wants_traceback or started() else config_error_line(e)
         if line is None:
             raise

@@ -19,3 +19,23 @@ def end_with_parent():
         return
     if os.getppid() == 1:  # the parent died before we asked
         os._exit(1)
+
+
+def end_descendants(grace_s: float = 0.2):
+    """End every process this one started, and theirs, before it leaves an interrupted run or check: those still
+    there after grace_s (the time a rank takes to record its interrupt and leave) are killed. What is left then
+    holds no record: a forkserver, its resource tracker (which ignores SIGINT and SIGTERM), a worker's last child.
+    Without it they outlived an interrupted check by 1 to 4 s."""
+    import psutil
+
+    try:
+        left = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    _, alive = psutil.wait_procs(left, timeout=grace_s)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=1.0)

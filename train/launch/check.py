@@ -171,13 +171,20 @@ def run_sweep(command: list, log: Path) -> int:
     with open(log, "w", encoding="utf-8") as written:
         sweep = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                  preexec_fn=end_with_parent)  # noqa: PLW1509 (no thread runs yet)
-        previous = signal.signal(signal.SIGINT, lambda *_: sweep.send_signal(signal.SIGINT))
+        interrupted = []
+
+        def pass_on(*_):
+            interrupted.append(True)
+            sweep.send_signal(signal.SIGINT)
+
+        previous = signal.signal(signal.SIGINT, pass_on)
         try:
             for line in sweep.stdout:
                 written.write(line)
                 if line.startswith(("[sweep] job", "error:")):
                     print(line.rstrip(), flush=True)
-            return sweep.wait()
+            code = sweep.wait()
+            return EXIT_INTERRUPTED if interrupted else code  # however the sweep ended, the check was interrupted
         finally:
             signal.signal(signal.SIGINT, previous)
 
@@ -189,17 +196,28 @@ def main(argv: list) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(USAGE)
         return 0
+    came = []
+
+    def interrupt(signum, frame):
+        came.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupt)
     try:
         plan = plan_check(argv)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_CONFIG
     except Exception as e:
+        if came:  # Hydra turned the interrupt inside its composition into an error of its own, or the class
+            raise KeyboardInterrupt from None  # check's process (train/launch/own_class.py) died of it
+        if isinstance(e, ConfigError):
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_BAD_CONFIG
         line = config_error_line(e)
         if line is None:
             raise
         print(f"error: {line}", file=sys.stderr)
         return EXIT_BAD_CONFIG
+    finally:
+        signal.signal(signal.SIGINT, previous)
     out = Path(_given(argv, "hydra.sweep.dir") or Path("runs") / "check" /
                f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{plan['framework']}-{plan['fix']}").resolve()
     out.mkdir(parents=True, exist_ok=True)

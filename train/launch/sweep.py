@@ -97,6 +97,7 @@ def stop_workers(kill: bool = False):
 
 
 STOP_FILE = "stop"  # in JOBS_DIR: the sweep was interrupted; a job that starts after it does not run
+stopped_by = []  # the signal that stopped this process's side-by-side sweep, once one has (SweepProgress.stop)
 
 
 def enter_worker():
@@ -203,6 +204,7 @@ class SweepProgress(Callback):
     def stop(self, signum, frame):
         if self.signal is None:
             self.signal = signal.Signals(signum).name
+            stopped_by.append(self.signal)
             pass_on(signum, self.sweep_dir)
 
     def on_job_start(self, config, **kwargs):
