@@ -124,7 +124,23 @@ def _what_it_loaded(mine: list[Event], events: list[Event], done: Event) -> tupl
                              f"then {'failed' if failed else 'never finished'}")
         return "loaded", ""
     older = [s for s in written if s["digest"] == done["digest"]]
-    return "stale", f"loaded the epoch-{older[-1]['epoch']} save" if older else "loaded a file this run never wrote"
+    if older:
+        return "stale", f"loaded the epoch-{older[-1]['epoch']} save"
+    peer = _peer_it_took(events, done)
+    if peer is not None:  # it holds a peer's weights, which no save wrote: it took them, and loaded nothing
+        said = f" (it said: {done['said']})" if done.get("said") else ""
+        return "skipped", f"it holds rank {peer}'s weights, which no checkpoint holds{said}"
+    return "stale", "loaded a file this run never wrote"
+
+
+def _peer_it_took(events: list[Event], done: Event) -> Optional[int]:
+    """The rank whose final weights this rank's load_done holds, when they came from no file on its disk
+    (from_disk false) and that rank loaded nothing (its skip); else None."""
+    if done.get("from_disk") is not False:
+        return None
+    skipped = {e["rank"] for e in events if e["event"] == "skip"}
+    return next((e["rank"] for e in events if e["event"] == "final" and e["rank"] != done["rank"] and
+                 e["rank"] in skipped and e["digest"] == done["digest"]), None)
 
 
 def classify_rank(rank: int, events: list[Event]) -> RankOutcome:

@@ -133,9 +133,11 @@ SAVE_FAILED = "save failed"  # what a rank's skip says when it was told the save
 
 def says_save_failed(events: Iterable[Event], rank: Any) -> bool:
     """Whether this rank knows that the save failed: its own save raised (save_error), or it skipped the load
-    saying so (every rank agreed not to load because rank 0's save failed)."""
+    saying so (every rank agreed not to load because rank 0's save failed), or it took a peer's weights and its
+    code said so meanwhile (load_done's `said`: what it warned)."""
     return any(e["rank"] == rank and (e["event"] == "save_error" or
-                                      (e["event"] == "skip" and SAVE_FAILED in e.get("reason", "")))
+                                      (e["event"] == "skip" and SAVE_FAILED in e.get("reason", "")) or
+                                      (e["event"] == "load_done" and SAVE_FAILED in e.get("said", "")))
                for e in events)
 
 

@@ -34,6 +34,8 @@ Fixes (cfg["fix"]["name"]):
                       rank whether to load (fixes.agree); not loading = best_model_checkpoint None on every rank
   rank0_leads         Rank0LeadsTrainer (rank0_leads.py, the file users copy; seams.py observes it): rank 0 decides
                       and reads, every rank takes its decision and weights; a failed save goes on and is never read
+  own                 a Trainer subclass or a TrainerCallback of yours. It and rank0_leads are judged alike, by
+                      what each rank holds at the end (Observe.record_what_it_holds), never by the class's name
 
 Measured, and why: small_cnn's BatchNorm running statistics differ between the DDP ranks after every epoch (each
 rank updates them on its own batches; the Trainer evaluates the unwrapped model, so DDP never evens them out
@@ -134,10 +136,12 @@ class RaceTrainer(WriteSeamTrainer):
 class Observe(TrainerCallback):
     """Events and faults at the Trainer's callbacks, and the fixes that act at the end."""
 
-    def __init__(self, trainer: RaceTrainer, warnings: WarningSeen):
-        self.trainer, self.warnings = trainer, warnings
+    def __init__(self, trainer: RaceTrainer, warnings: WarningSeen, said: WarningSeen):
+        self.trainer, self.warnings, self.said = trainer, warnings, said
         self.rank, self.events, self.way = trainer.rank, trainer.rank.events, trainer.way
         self.attempt = None  # (path, existed) of the file this rank's Trainer was about to read
+        self.trained = None  # the digest of the weights it trained, as train() ends, before any load
+        self.said_before = 0  # how many warnings its code had given by then
 
     def on_save(self, args, state, control, **kwargs):
         self.trainer.phase = "train"
@@ -147,14 +151,17 @@ class Observe(TrainerCallback):
         if "train_runtime" not in (logs or {}):
             return  # only the log that train() writes right before _load_best_model
         self.events.record("train_end")
+        self.trained, self.said_before = digest(self.trainer.model.state_dict()), len(self.said.messages)
         say("Attempting to load model.")
         if self.way.agreed and not self.agreed(state):
             state.best_model_checkpoint = None  # the Trainer loads only when it has one: every rank skips
             return
         self.rank.faults.before_load()
         self.trainer.phase = "load"
-        if self.way.broadcast or self.way.leads:
-            return  # the Trainer's own read on each rank is replaced by rank 0's (on_train_end; Rank0LeadsTrainer.log)
+        if self.way.broadcast:
+            return  # the Trainer's own read on each rank is replaced by rank 0's (on_train_end)
+        if self.judged_by_what_it_holds() and state.best_model_checkpoint is None:
+            return  # what it ends with says what it did (on_train_end)
         if state.best_model_checkpoint is None:
             self.events.record("skip", reason="the Trainer had no best_model_checkpoint on this rank (the best "
                                "checkpoint's folder was not on its disk), so it loaded nothing")
@@ -176,14 +183,41 @@ class Observe(TrainerCallback):
 
         return agree(self.events, decide)
 
+    def judged_by_what_it_holds(self) -> bool:
+        """A class of yours, or rank0_leads (the file users copy): what it did is read from the weights it ends
+        with, alike for both, never from which class it is (record_what_it_holds)."""
+        return self.way.own or self.way.leads
+
     def on_train_end(self, args, state, control, model=None, **kwargs):
         self.trainer.phase = "done"
         if self.way.broadcast:
             self.broadcast(state)
-        elif self.way.leads:
-            self.record_leads()
+        elif self.judged_by_what_it_holds():
+            self.record_what_it_holds()
         elif self.attempt:
             self.record_trainer_read()
+
+    def record_what_it_holds(self):
+        """What this rank's code did at the end, from what it holds: the weights it trained (it loaded nothing:
+        skip), or others (load_done with their digest, and whether they are the best file on its own disk; the
+        judge tells a checkpoint from a peer's weights by the digests). `said`: what its code warned meanwhile."""
+        said = "; ".join(m[:200] for m in self.said.messages[self.said_before:])
+        located = [m for m in self.warnings.messages if "Could not locate the best model" in m]
+        if located:
+            self.events.record("load_error", error_type="FileNotFoundError",
+                               message=f"the Trainer only warned and kept its training weights (\"{located[0][:200]}\")")
+            return
+        held = digest(self.trainer.model.state_dict())
+        on_disk = bool(self.attempt) and os.path.exists(self.attempt) and \
+            digest(safetensors.torch.load_file(self.attempt)) == held  # the best file's weights (read or kept)
+        if not on_disk and held == self.trained:
+            self.events.record("skip", reason="it loaded nothing and holds the weights it trained" +
+                               (f" (it said: {said})" if said else ""))
+            say("Not loading.")
+            return
+        self.events.record("load_done", path=self.attempt if on_disk else None, digest=held, from_disk=on_disk,
+                           **({"said": said} if said else {}))
+        say("Loaded model.")
 
     def record_trainer_read(self):
         """What the Trainer's _load_best_model did on this rank, seen from outside, after it."""
@@ -197,19 +231,6 @@ class Observe(TrainerCallback):
         read = safetensors.torch.load_file(self.attempt)
         self.events.record("load_done", path=self.attempt, digest=digest(read))
         say("Loaded model.")
-
-    def record_leads(self):
-        """What Rank0LeadsTrainer's load did on this rank (rank 0's read is recorded where it reads)."""
-        result = self.trainer.best_load
-        if result["loaded"]:
-            if not self.trainer.is_world_process_zero():
-                self.events.record("load_attempt", source="broadcast from rank 0")
-            self.events.record("load_done", path=result["path"], digest=digest(self.trainer.model.state_dict()))
-            say("Loaded model.")
-        else:
-            self.events.record("skip", reason=f"{result['why']}: every rank agreed not to load, and holds rank 0's "
-                               "weights")
-            say(f"Not loading: {result['why']}.")
 
     def broadcast(self, state):
         """The fix: rank 0 reads its best checkpoint, every rank ends on those weights."""
@@ -266,10 +287,11 @@ def fit_and_load(rank: Rank):
     trainer.leads_events = rank.events  # ObservedRank0Leads's (fix=rank0_leads)
     if own is not None and issubclass(own, TrainerCallback):
         trainer.add_callback(own(**cfg["fix"]["kwargs"]))
-    warnings = WarningSeen()
+    warnings, said = WarningSeen(), WarningSeen()
     trainer_logger = hf_logging.get_logger("transformers.trainer")
     trainer_logger.addHandler(warnings)
-    trainer.add_callback(Observe(trainer, warnings))
+    logging.getLogger().addHandler(said)  # what any code of yours (or rank0_leads.py) warns, through the root logger
+    trainer.add_callback(Observe(trainer, warnings, said))
     rank.events.record("fit_start", train_batches=len(trainer.get_train_dataloader()),
                        node_local=cfg["checkpoint"]["node_local"])
     try:
@@ -284,6 +306,7 @@ def fit_and_load(rank: Rank):
             raise
     finally:
         trainer_logger.removeHandler(warnings)
+        logging.getLogger().removeHandler(said)
     rank.events.record("final", digest=digest(trainer.model.state_dict()))
 
 
