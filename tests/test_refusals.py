@@ -149,7 +149,9 @@ def test_a_crash_loop_with_a_thousand_restarts_is_named_and_ended_within_the_run
     named = next(e for e in run.events if e["event"] == "crash_loop")
     second_death = min(e["t"] for e in run.events if e["event"] == "load_error" and e.get("attempt") == 2)
     ended = next(e for e in run.events if e["event"] == "launch_end")
-    assert named["t"] - second_death < 2 and ended["t"] - named["t"] < 2, (second_death, named, ended)
+    # named at the second death and ended there, not by a timeout: about 0.2 s and 1 s on an idle machine, 2.6 s
+    # once in CI's full run on 2 loaded cores; the bound tells that from timeout.run_s (how fast: make bench)
+    assert named["t"] - second_death < 10 and ended["t"] - named["t"] < 10, (second_death, named, ended)
     # ended there, not at the 1000th restart (the agent may begin an attempt or two as the stop reaches it; the
     # verdict leaves those out, as asserted above)
     assert max(e.get("attempt", 0) for e in run.events) < 10

@@ -133,8 +133,9 @@ class RaceCheckpointIO(TorchCheckpointIO):
         """Whether the CheckpointIO under test (a class of yours, or rank0_leads.py's) raised `e` itself, in its own
         file, rather than a read it called: its decision not to load on this rank. Judged by where it was raised,
         never by the class's name or the exception's type."""
-        files = {os.path.abspath(sys.modules[c.__module__].__file__ or "") for c in type(self).__mro__
-                 if c.__module__.split(".")[0] not in SHIPPED and c.__module__ != __name__}
+        modules = [sys.modules.get(c.__module__) for c in type(self).__mro__
+                   if c.__module__.split(".")[0] not in SHIPPED and c.__module__ != __name__]
+        files = {os.path.abspath(m.__file__) for m in modules if getattr(m, "__file__", None)}
         tb = e.__traceback__
         while tb is not None and tb.tb_next is not None:
             tb = tb.tb_next

@@ -158,19 +158,19 @@ class Observe(TrainerCallback):
             return
         self.rank.faults.before_load()
         self.trainer.phase = "load"
-        if self.way.broadcast:
-            return  # the Trainer's own read on each rank is replaced by rank 0's (on_train_end)
-        if self.judged_by_what_it_holds() and state.best_model_checkpoint is None:
+        best = state.best_model_checkpoint
+        self.attempt = os.path.join(best, WEIGHTS) if best else None  # the best file, where this rank has one
+        if self.way.broadcast or self.way.leads:  # the Trainer's own read on each rank is replaced by rank 0's,
+            return  # which broadcast() and, for rank0_leads, ObservedRank0Leads.read_weights record where it reads
+        if self.way.own and best is None:
             return  # what it ends with says what it did (on_train_end)
-        if state.best_model_checkpoint is None:
+        if best is None:
             self.events.record("skip", reason="the Trainer had no best_model_checkpoint on this rank (the best "
                                "checkpoint's folder was not on its disk), so it loaded nothing")
             say("No best checkpoint on this rank: the Trainer does not load.")
             return
-        path = os.path.join(state.best_model_checkpoint, WEIGHTS)
-        size = os.path.getsize(path) if os.path.exists(path) else None
-        self.events.record("load_attempt", path=path, bytes=size)
-        self.attempt = path
+        size = os.path.getsize(self.attempt) if os.path.exists(self.attempt) else None
+        self.events.record("load_attempt", path=self.attempt, bytes=size)
 
     def agreed(self, state) -> bool:
         def decide():
