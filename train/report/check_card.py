@@ -48,19 +48,11 @@ def scenario_row(name: str, workload: str, summaries: list, measured: dict) -> d
             "holds_with": holds_with(measured, name)}
 
 
-def cannot_row(name: str, workload: str, reason: str, measured: dict) -> dict:
-    """A scenario that can happen in the user's setup, where the fix has no way to hold it (its cell is n/a):
-    it counts against the fix."""
-    return {"name": name, "workload": workload, "verdict": "raced", "counted": 0, "races": 0, "not_counted": 0,
-            "ci_low": 0.0, "ci_high": 1.0, "explanation": f"not held: n/a for this fix ({reason})",
-            "holds_with": holds_with(measured, name)}
-
-
-def not_checked_row(name: str, workload: str, reason: str, measured: dict) -> dict:
-    """A scenario that cannot run with a class of yours (fix=own): said, and neither held nor raced."""
-    return {"name": name, "workload": workload, "verdict": NOT_CHECKED, "counted": 0, "races": 0, "not_counted": 0,
-            "ci_low": 0.0, "ci_high": 1.0, "explanation": f"not checked: {reason}",
-            "holds_with": holds_with(measured, name)}
+def no_run_row(name: str, workload: str, verdict: str, explanation: str, measured: dict) -> dict:
+    """A scenario with no runs: an n/a cell that counts against a shipped fix (raced), or one a class of yours
+    cannot run (NOT_CHECKED: neither held nor raced)."""
+    return {"name": name, "workload": workload, "verdict": verdict, "counted": 0, "races": 0, "not_counted": 0,
+            "ci_low": 0.0, "ci_high": 1.0, "explanation": explanation, "holds_with": holds_with(measured, name)}
 
 
 def result(plan: dict, summaries_by_scenario: dict, measured: dict) -> dict:
@@ -70,9 +62,10 @@ def result(plan: dict, summaries_by_scenario: dict, measured: dict) -> dict:
     rows = []
     for s in plan["scenarios"]:
         if s.get("cannot") and plan["fix"] == "own":
-            rows.append(not_checked_row(s["name"], s["workload"], s["cannot"], measured))
+            rows.append(no_run_row(s["name"], s["workload"], NOT_CHECKED, f"not checked: {s['cannot']}", measured))
         elif s.get("cannot"):
-            rows.append(cannot_row(s["name"], s["workload"], s["cannot"], measured))
+            rows.append(no_run_row(s["name"], s["workload"], "raced", f"not held: n/a for this fix ({s['cannot']})",
+                                   measured))
         else:
             rows.append(scenario_row(s["name"], s["workload"], summaries_by_scenario.get(s["name"], []), measured))
     errors = [r["name"] for r in rows if r["verdict"] == "error"]

@@ -202,10 +202,9 @@ class Observe(TrainerCallback):
         skip), or others (load_done with their digest, and whether they are the best file on its own disk; the
         judge tells a checkpoint from a peer's weights by the digests). `said`: what its code warned meanwhile."""
         said = "; ".join(m[:200] for m in self.said.messages[self.said_before:])
-        located = [m for m in self.warnings.messages if "Could not locate the best model" in m]
+        located = self.could_not_locate()
         if located:
-            self.events.record("load_error", error_type="FileNotFoundError",
-                               message=f"the Trainer only warned and kept its training weights (\"{located[0][:200]}\")")
+            self.only_warned(located)
             return
         held = digest(self.trainer.model.state_dict())
         on_disk = bool(self.attempt) and os.path.exists(self.attempt) and \
@@ -219,14 +218,21 @@ class Observe(TrainerCallback):
                            **({"said": said} if said else {}))
         say("Loaded model.")
 
+    def could_not_locate(self) -> str:
+        """The Trainer's warning that it found no best model on this rank, or ''."""
+        return next((m[:200] for m in self.warnings.messages if "Could not locate the best model" in m), "")
+
+    def only_warned(self, said: str):
+        """The Trainer's read found no file: it only warned (`said`) and kept its training weights."""
+        self.events.record("load_error", error_type="FileNotFoundError",
+                           message=f"the Trainer only warned and kept its training weights (\"{said}\")")
+        say("The Trainer could not locate the best model: it only warned and kept the training weights.")
+
     def record_trainer_read(self):
         """What the Trainer's _load_best_model did on this rank, seen from outside, after it."""
-        located = [m for m in self.warnings.messages if "Could not locate the best model" in m]
+        located = self.could_not_locate()
         if located or not os.path.exists(self.attempt):
-            said = located[0][:200] if located else f"no {self.attempt} on this rank's disk"
-            self.events.record("load_error", error_type="FileNotFoundError",
-                               message=f"the Trainer only warned and kept its training weights (\"{said}\")")
-            say("The Trainer could not locate the best model: it only warned and kept the training weights.")
+            self.only_warned(located or f"no {self.attempt} on this rank's disk")
             return
         read = safetensors.torch.load_file(self.attempt)
         self.events.record("load_done", path=self.attempt, digest=digest(read))
