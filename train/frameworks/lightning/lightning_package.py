@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from train.frameworks.lightning import load_best
 from train.toolkit.rank import Rank, named_class
 
-BY_FIX = load_best.BY_FIX  # the dispatch, load_best's, for either copy (tests/test_fix_support.py reads it here)
+BY_FIX = load_best.BY_FIX  # the dispatch, for either copy (test_fix_support.py reads it here)
 TWINS = {"pytorch_lightning": "lightning.pytorch", "lightning_fabric": "lightning.fabric"}
 UNDER_LIGHTNING = "train.frameworks.lightning.load_best_under_lightning"  # the second import's module name
 

@@ -1,0 +1,4 @@
+"""What the tests read from docs' Markdown."""
+import re
+
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.DOTALL | re.MULTILINE)  # a fenced python block's text

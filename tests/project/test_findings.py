@@ -1,0 +1,205 @@
+"""docs/findings/ holds up (issue 25): every finding page shows its repro file and the output `make findings`
+captured, as they are; every finding section is classified, with its thread, versions and command; every upstream
+number cited in docs/ and configs/ is in docs/findings/README.md's checked list; and the repros, run for real with
+torchrun, still show their symptom with the exit code the page gives, and print exactly what the page shows.
+
+Fast: the pages, the list and tools/findings.py's own logic (no ranks). Slow: the two quick repros (accelerate,
+about half a minute each), each run once for all its assertions. The other seven (restarts, two-node launches;
+10 minutes and more together on a loaded 2-core machine, past what CI's budget allows) run under
+RACE_LAB_FINDINGS=all, and always in `make findings`, which exits 1 unless each shows its symptom and exit code.
+"""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FINDINGS_README = ROOT / "docs" / "findings" / "README.md"
+QUICK = ("accelerate_stale_load", "accelerate_total_limit")
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("race_lab_findings_tool", ROOT / "tools" / "findings.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+tool = load_tool()
+FINDINGS = {f.name: f for f in tool.FINDINGS}
+
+
+# --- the pages ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(FINDINGS))
+def test_the_page_shows_the_repro_file_as_it_is(name):
+    finding = FINDINGS[name]
+    page = (tool.FINDINGS_DIR / finding.page).read_text()
+    span = tool.block(page, "repro", name)
+    assert span, f"{finding.page} has no ```python block after <!-- repro: {name}.py -->"
+    assert page[span[0]:span[1]] == (tool.REPROS / f"{name}.py").read_text(), \
+        f"{finding.page}'s code differs from repros/{name}.py: run make findings (it copies the file in)"
+
+
+@pytest.mark.parametrize("name", sorted(FINDINGS))
+def test_the_page_shows_the_captured_output_as_it_is(name):
+    finding = FINDINGS[name]
+    page = (tool.FINDINGS_DIR / finding.page).read_text()
+    span = tool.block(page, "output", name)
+    assert span, f"{finding.page} has no ```text block after <!-- output: {name} -->"
+    assert page[span[0]:span[1]] == (tool.OUTPUT / f"{name}.txt").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(FINDINGS))
+def test_every_captured_output_is_still_present_with_the_installed_versions(name):
+    """A finding whose framework changed says so: make findings rewrites this line, and the page must follow."""
+    first = (tool.OUTPUT / f"{name}.txt").read_text().splitlines()[0]
+    assert first == f"# make findings: still present with {tool.versions(FINDINGS[name])}", \
+        f"{name}: {first!r}; run make findings and update docs/findings/{FINDINGS[name].page}"
+
+
+@pytest.mark.parametrize("name", sorted(FINDINGS))
+def test_the_captured_output_has_every_command_the_finding_runs(name):
+    text = (tool.OUTPUT / f"{name}.txt").read_text()
+    for run in FINDINGS[name].runs:
+        assert f"$ {run.command}" in text
+    assert len(re.findall(r"^\(exit codes? [-\d, ]+\)$", text, re.M)) == len(FINDINGS[name].runs)
+
+
+def finding_sections():
+    for page in ("accelerate.md", "transformers.md", "lightning.md", "deepspeed.md"):
+        text = (tool.FINDINGS_DIR / page).read_text()
+        for m in re.finditer(r"^## (\d+)\. (.*?)$(.*?)(?=^## \d+\. |\Z)", text, re.M | re.S):
+            yield page, m.group(1), m.group(3)
+
+
+def test_every_finding_page_has_numbered_sections():
+    assert {page for page, _, _ in finding_sections()} == {"accelerate.md", "transformers.md", "lightning.md",
+                                                           "deepspeed.md"}
+    assert len(list(finding_sections())) == len(FINDINGS)
+
+
+@pytest.mark.parametrize("page,number,body", list(finding_sections()), ids=lambda v: str(v)[:20])
+def test_every_finding_is_classified_with_its_thread_versions_and_command(page, number, body):
+    head = body.split("### ")[0]  # the top of the section, before its details
+    assert re.search(r"\*\*Classification: (docs gap|bug|feature request|duplicate|likely|works as designed)", head)
+    assert "**Post to:**" in head and "github.com/" in head
+    assert re.search(r"\*\*Versions:\*\* \S+ \d+\.\d+\.\d+", head)
+    assert re.search(r"\*\*Command:\*\*\s*`[^`]*torchrun [^`]*\.py[^`]*`", head)
+    assert "<!-- repro: " in body and "<!-- output: " in body
+
+
+# --- the checked list of upstream threads ---------------------------------------------------------------------
+
+CITED = re.compile(r"(?:#|/(?:issues|pull)/)(\d{2,6})\b")
+
+
+def cited_numbers():
+    found = {}
+    for path in [*(ROOT / "docs").rglob("*.md"), *(ROOT / "configs").rglob("*.yaml")]:
+        if path == FINDINGS_README:
+            continue
+        for number in CITED.findall(path.read_text()):
+            found.setdefault(number, path.relative_to(ROOT).as_posix())
+    return found
+
+
+def listed_numbers():
+    rows = [line for line in FINDINGS_README.read_text().splitlines() if line.startswith("| ") and "#" in line]
+    return {m for row in rows for m in re.findall(r"#(\d{2,6})\b", row.split(" | ")[0])}
+
+
+def test_every_upstream_number_cited_in_docs_and_configs_is_in_the_checked_list():
+    missing = {n: where for n, where in cited_numbers().items() if n not in listed_numbers()}
+    assert not missing, f"cited but not in docs/findings/README.md's checked list: {missing}"
+
+
+def test_the_checked_list_finds_numbers_in_every_form_they_are_cited():
+    """The scan sees repo#N, bare #N, PR#N and GitHub URLs, and the list has rows."""
+    sample = "accelerate#1171, (#36112), KempnerForge PR#105, https://github.com/a/b/pull/4323 and /issues/19932"
+    assert CITED.findall(sample) == ["1171", "36112", "105", "4323", "19932"]
+    assert {"1171", "36112", "105", "4323", "19932", "135712"} <= listed_numbers()
+
+
+# --- tools/findings.py's own logic ----------------------------------------------------------------------------
+
+def test_keep_splits_glued_lines_sorts_by_attempt_and_rank_and_makes_paths_relative(tmp_path):
+    finding = tool.Finding("x", "x.md", "x", ("torch",), [],
+                           extras=[(r"Restoring states from \S+", 1, 0)], drop=r"^attempt 0 rank 1: ")
+    text = (f"noise\nattempt 1 rank 1: b failed: E: xattempt 1 rank 0: a\n"
+            f"W torch warning\nattempt 0 rank 1: killed by the agent\nRestoring states from {tmp_path}/ckpt/last.ckpt\n"
+            f"attempt 0 rank 0: resuming from None\nrank 3: plain\n")
+    assert tool.keep(finding, text, tmp_path) == [
+        "attempt 0 rank 0: resuming from None",
+        "rank 3: plain",
+        "Restoring states from ckpt/last.ckpt",
+        "attempt 1 rank 0: a",
+        "attempt 1 rank 1: b failed: E: x",
+    ]
+
+
+def test_judge_says_still_present_gone_or_error():
+    run = tool.Run("cmd", expect=lambda ls, rcs: "sick" in ls and rcs == (0,),
+                   gone=lambda ls, rcs: "healthy" in ls)
+    finding = tool.Finding("x", "x.md", "x", ("torch",), [run])
+    assert tool.judge(finding, [(run, ["sick"], (0,))]) == "still present"
+    assert tool.judge(finding, [(run, ["healthy"], (0,))]) == "gone"
+    assert tool.judge(finding, [(run, ["sick"], (1,))]) == "error"  # the symptom with another exit code
+    assert tool.judge(finding, [(run, [], (124,))]) == "error"
+
+
+def test_render_names_the_versions_every_command_and_its_exit_codes():
+    one, two = tool.Run("torchrun a.py", expect=None), tool.Run("torchrun --nnodes=2 a.py", expect=None, nodes=2)
+    finding = tool.Finding("x", "x.md", "x", ("torch",), [one, two])
+    text = tool.render(finding, "still present", [(one, ["rank 0: ok"], (0,)), (two, [], (1, 1))])
+    assert text == (f"# make findings: still present with torch {version('torch')}\n\n$ torchrun a.py\nrank 0: ok\n"
+                    "(exit code 0)\n\n$ torchrun --nnodes=2 a.py (two agents side by side, one a node)\n"
+                    "(exit codes 1, 1)\n")
+
+
+def test_an_unknown_finding_is_one_error_line_and_exit_2_before_anything_runs():
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "findings.py"), "--only", "nope"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: unknown finding nope")
+
+
+# --- the repros, run for real -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ran():
+    """Each finding run at most once per session, shared by every assertion on it."""
+    results = {}
+
+    def run(name):
+        if name not in results:
+            results[name] = tool.run_finding(FINDINGS[name])
+        return results[name]
+    return run
+
+
+def assert_as_the_page_shows(ran, name):
+    status, rendered = ran(name)
+    assert status == "still present", rendered
+    assert rendered == (tool.OUTPUT / f"{name}.txt").read_text(), \
+        f"{name} printed something else than docs/findings/output/{name}.txt (the page's output):\n{rendered}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", QUICK)
+def test_a_quick_repro_still_shows_its_symptom_and_prints_what_the_page_shows(ran, name):
+    assert_as_the_page_shows(ran, name)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("RACE_LAB_FINDINGS") != "all",
+                    reason="restarting and two-node repros (10+ min): RACE_LAB_FINDINGS=all, or make findings")
+@pytest.mark.parametrize("name", sorted(set(FINDINGS) - set(QUICK)))
+def test_a_long_repro_still_shows_its_symptom_and_prints_what_the_page_shows(ran, name):
+    assert_as_the_page_shows(ran, name)

@@ -1,0 +1,42 @@
+"""train/judge/own_reads.py from hand-made events: your code's last read of a checkpoint file decides a rank's
+outcome when it came too early (no file yet, or a file written again after it); a read that found the file as it
+ended, or a read by race-lab's or a framework's code (no `by`), leaves the adapters' events to judge."""
+from helpers.judge_events import ev, launch, loader, outcome, saver
+from train.judge.load_best import judge_load_best
+
+MINE = "/home/me/mine/own_file.py:20"
+PATH = "/runs/x/models/weights.pt"
+FINAL = {"exists": True, "bytes": 16441, "inode": 7, "mtime_ns": 2_000}
+
+
+def read(t, rank, by=MINE, **state):
+    return ev(t, rank, "file_op", op="open", mode="r", path=PATH, **({"by": by} if by else {}), **state)
+
+
+def run(*reads):
+    """Rank 0 saves and loads as the adapter records it; rank 1 loads well too; plus the reads and end states."""
+    return sorted([*launch(), *saver(), *loader(1, 12.5, digest="w-last"), *reads], key=lambda e: e["t"])
+
+
+def test_your_read_that_found_no_file_is_missing_naming_the_file_and_your_frame():
+    events = run(read(10, 1, exists=False), ev(13, 1, "file_state", path=PATH, by=MINE, **FINAL))
+    assert outcome(1, events) == "missing" and outcome(0, events) == "loaded"
+    verdict = judge_load_best(events, 2)
+    assert verdict.verdict == "race"
+    assert ("rank 1 tried to load (your code's read of models/weights.pt, read in mine/own_file.py:20, found no "
+            "file)") in verdict.explanation
+
+
+def test_your_read_of_a_file_written_again_after_it_is_stale():
+    events = run(read(10, 1, exists=True, bytes=16441, inode=7, mtime_ns=1_000),
+                 ev(13, 1, "file_state", path=PATH, by=MINE, **FINAL))
+    assert outcome(1, events) == "stale"
+    assert "came before its last write" in judge_load_best(events, 2).explanation
+
+
+def test_the_last_read_decides_a_read_of_the_file_as_it_ended_is_fine_and_others_reads_are_not_yours():
+    retried = run(read(10, 1, exists=False), read(12.4, 1, **FINAL), ev(13, 1, "file_state", path=PATH, by=MINE,
+                                                                          **FINAL))
+    assert outcome(1, retried) == "loaded" and judge_load_best(retried, 2).verdict == "clean"
+    framework_read = run(read(10, 1, by=None, exists=False))  # the adapter's own events judge it
+    assert outcome(1, framework_read) == "loaded"
