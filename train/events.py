@@ -31,7 +31,7 @@ JUDGED = frozenset({
     "launch_start", "rank_failed", "signal", "launch_error", "launch_end", "crash_loop",
 })
 SHOWN = frozenset({"train_end", "read_delay_start", "read_delay_end", "slow_write_start", "slow_write_end", "rotate",
-                   "stale_listing", "async_save_error", "ranks_returned"})
+                   "stale_listing", "async_save_error", "ranks_returned", "file_watch"})
 EVENTS = JUDGED | SHOWN
 
 

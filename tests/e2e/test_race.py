@@ -83,6 +83,13 @@ def test_unsynced_seed_scenario_races_and_records_everything(runs):
     assert all(starts[r]["ddp"] for r in range(3))
     assert len({starts[r]["train_batches"] for r in range(3)}) == 1
 
+    # what every rank did to the file, seen by its audit hook (train/rank/observe.py), and what watching cost it
+    reads = [e for e in run.events if e["event"] == "file_op" and e["op"] == "open" and e["mode"] == "r"]
+    assert {(e["rank"], e["exists"]) for e in reads if e["path"].endswith("models/best.pth")} >= \
+        {(0, True), (1, False), (2, False)}
+    watched = by_event(run, "file_watch")
+    assert sorted(watched) == [0, 1, 2] and all(w["calls"] > 0 and w["seconds"] > 0 for w in watched.values())
+
     # the console: fastai's table from one rank, each rank's load lines, the outcome table
     assert run.out.count("train_loss") == 1
     assert run.out.count("Attempting to load model.") == 3

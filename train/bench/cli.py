@@ -7,7 +7,9 @@
 - single: `python -m train` (unsynced, skew, 3 ranks; a cold process) and the plain script
   bench/plain_torchrun.py under `torchrun --standalone --nproc_per_node=3`, run alternately, --repeats
   times each; the ratio of their median walls. The launcher's resident memory is sampled every 20 ms
-  (the launcher alone, not its ranks or forkserver), and its cold start read from the run's events.
+  (the launcher alone, not its ranks or forkserver), and its cold start read from the run's events; what
+  observing costs: the time the rank longest in the file watch's audit hook spent there (its file_watch event,
+  train/rank/observe.py timing itself), over the run's wall.
 - sweep: one --jobs-job sweep (`-m skew.seconds=S fix=unsynced 'repeat=range(N)'`): its wall
   against N single runs, the overhead a job adds to its skew, and from the events of its warm jobs
   (all but the first) each rank's set-up (rank_start to fit_start) and the time between jobs
@@ -70,6 +72,8 @@ GOALS = {
     "hang_to_end_s": (2.0, "<=", "s", "a hang certain (a peer went past the barrier) to the run's end, disagree x barrier (median)"),
     "two_node_above_one_node_s": (2.0, "<=", "s", "two-node cell (no_shared_fs, own disks) - one-node cell (seed), same "
                                                   "skew, warm jobs of one sweep, launch_start to summary (medians)"),
+    "file_watch_share": (0.05, "<=", "", "the rank longest in the file watch's audit hook (what every rank records of "
+                                         "checkpoint files), its time there / the single run's wall (median)"),
     "launcher_imports_fastai": (False, "==", "", "the launcher imports fastai"),
     "launcher_imports_a_framework": (False, "==", "", "the launcher imports fastai, Lightning, transformers, "
                                                       "Accelerate or DeepSpeed"),
@@ -157,6 +161,7 @@ def main(argv=None):
         figures["launcher_start_s"] = median(r["launcher_start_s"] for r in singles)
         figures["ranks_start_s"] = median(r["ranks_start_s"] for r in singles)
         figures["launcher_peak_rss_mib"] = max(r["launcher_peak_rss_mib"] for r in singles)
+        figures["file_watch_share"] = median(r["file_watch_share"] for r in singles)
 
     if "sweep" in parts:
         run = sweep(out_dir / "sweep", f"skew.seconds={args.skew}", "fix=unsynced", f"world_size={WORLD}",

@@ -120,8 +120,11 @@ def single_run(run_dir: Path, skew: float, extra) -> dict:
     first = first_events(run_dir) if (run_dir / "events").exists() else {}
     launch_start = first.get(("launcher", "launch_start"))
     rank_starts = [t for (rank, event), t in first.items() if event == "rank_start"]
+    watched_s = [e["seconds"] for e in read_events(run_dir) if e["event"] == "file_watch"] if first else []
     return {"exit_code": proc.returncode, "wall_s": round(wall, 3), "launcher_peak_rss_mib": round(peak / 2**20, 1),
             "verdict": summary.get("verdict"), "run_dir": str(run_dir),
+            # the rank that spent longest in the file watch's audit hook (train/rank/observe.py), over the run's wall
+            "file_watch_share": round(max(watched_s) / wall, 5) if watched_s else None,
             "launcher_start_s": round(launch_start - start_wall, 3) if launch_start else None,
             "ranks_start_s": round(min(rank_starts) - launch_start, 3) if launch_start and rank_starts else None}
 

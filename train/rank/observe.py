@@ -14,6 +14,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 
 OPS = {"open": "open", "os.rename": "rename", "os.remove": "remove", "os.listdir": "list", "os.scandir": "list",
        "shutil.rmtree": "rmtree"}  # the audit events watched (os.replace raises os.rename), and their op names
@@ -52,6 +53,7 @@ class FileWatch:
         self.roots = tuple(roots)
         self.read_by_you = {}  # path -> the last read of it by your code (its frame)
         self._inside = threading.local()  # the hook's own calls (os.stat, the event's write) are not watched
+        self.calls, self.spent_s = 0, 0.0  # what watching cost this rank: every audit event it saw, its time in them
 
     def install(self):
         sys.addaudithook(self.hook)  # for the life of the process: a rank is one run
@@ -60,6 +62,14 @@ class FileWatch:
         return path.startswith(self.folders) or os.path.join(path, "") in self.folders
 
     def hook(self, event, args):
+        began = time.perf_counter()
+        try:
+            self.watch(event, args)
+        finally:
+            self.calls += 1
+            self.spent_s += time.perf_counter() - began
+
+    def watch(self, event, args):
         op = OPS.get(event)
         if op is None or getattr(self._inside, "busy", False) or not args:
             return
@@ -97,7 +107,7 @@ class FileWatch:
         """'file:line' of the innermost frame of your code on this thread's stack, or None."""
         if not self.roots:
             return None
-        frame = sys._getframe(3)  # below the hook, fields() and this
+        frame = sys._getframe(4)  # below the hook, watch(), fields() and this
         while frame is not None:
             if frame.f_code.co_filename.startswith(self.roots):
                 return f"{frame.f_code.co_filename}:{frame.f_lineno}"
@@ -105,6 +115,7 @@ class FileWatch:
         return None
 
     def record_end(self):
-        """file_state: how each file your code read stands as the rank ends."""
+        """file_state: how each file your code read stands as the rank ends; file_watch: what watching cost."""
         for path, by in sorted(self.read_by_you.items()):
             self.events.record("file_state", path=path, by=by, **file_state(path))
+        self.events.record("file_watch", calls=self.calls, seconds=round(self.spent_s, 6))
