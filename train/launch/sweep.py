@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
@@ -34,8 +35,10 @@ JOBS_DIR = ".jobs"  # in the sweep dir: one <num>.json per ended job, when jobs 
 
 
 def count_jobs(task_overrides) -> int:
-    """How many jobs Hydra's basic sweeper makes of these command-line overrides."""
-    overrides = OverridesParser.create().parse_overrides(list(task_overrides))
+    """How many jobs Hydra's basic sweeper makes of these command-line overrides. A glob (`scenario=glob(*)`) is
+    expanded over the config groups' options, which takes the running Hydra's config loader, as the sweeper's does."""
+    overrides = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader()).parse_overrides(
+        list(task_overrides))
     return sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
 
 
