@@ -26,7 +26,7 @@ JUDGED = frozenset({
     # the resume loop, sharded and async saves
     "loop_start", "resume", "rotate_error", "shard_write", "shard_read", "save_dispatch", "save_commit",
     # what any code did to checkpoint files (train/rank/observe.py)
-    "file_op", "file_state",
+    "file_op", "file_state", "rank_error",
     # the launcher
     "launch_start", "rank_failed", "signal", "launch_error", "launch_end", "crash_loop",
 })

@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 from conftest import RACE_LAB, ROOT, side_by_side
+from train.events import read_events
 
 CLASSES = {  # framework -> (the module of yours, the racing class, the same with a barrier after the write)
     "fastai": ("own_file_fastai", "ExportingSaveModelCallback", "SyncedExportingSaveModelCallback"),
@@ -36,7 +37,7 @@ def sweeps(tmp_path_factory) -> dict:
     out = {}
     for name, launch in launches.items():
         assert launch.rc == 0, launch.out[-3000:]
-        out[name] = {s["config"]["fix"]["_target_"].rsplit(".", 1)[1]: s for s, _ in launch.jobs()}
+        out[name] = {s["config"]["fix"]["_target_"].rsplit(".", 1)[1]: {**s, "dir": d} for s, d in launch.jobs()}
     return out
 
 
@@ -50,6 +51,11 @@ def test_your_own_file_read_before_it_is_written_is_a_race_naming_it_and_a_barri
     assert ("rank 1 tried to load (your code's read of models/weights.pt, read in my_checkpoints/weights_file.py:"
             in raced["explanation"]) and "found no file)" in raced["explanation"]
     assert held["verdict"] == "clean", held["explanation"]
+    if framework == "fastai":  # the exception left fastai's fit (the others' adapters record it on the way)
+        [raised] = [e for e in read_events(raced["dir"]) if e["event"] == "rank_error"]
+        assert (raised["rank"], raised["error_type"]) == (1, "FileNotFoundError")
+        assert raised["by"].endswith("my_checkpoints/weights_file.py:24")  # your line, though torch.load raised it
+        assert "torch/serialization.py:" in raised["at"]
 
 
 SCRIPT = textwrap.dedent("""

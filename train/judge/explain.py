@@ -1,7 +1,7 @@
 """A load-best run's verdict in words: what each rank did, and why that makes the verdict."""
 from typing import Optional
 
-from train.judge.own_reads import YOUR_READ
+from train.judge.own_reads import YOUR_RAISE, YOUR_READ
 from train.judge.vocabulary import (
     ONLY_WARNED,
     Event,
@@ -65,14 +65,14 @@ def explain(outcomes: list[RankOutcome], events: list[Event], verdict: str, agre
         if by.get("loaded"):  # they hold the last save that finished, not the one that failed
             epoch = f" (epoch {written[-1]['epoch']})" if "epoch" in written[-1] else ""
             parts.append(f"{ranks_text(o.rank for o in by['loaded'])} loaded the last checkpoint that finished{epoch}")
-    for name in ("missing", "corrupt", "unsafe", "stale"):
+    for name in ("missing", "corrupt", "unsafe", "stale", "raised"):
         group = by.get(name, [])
         if not group:
             continue
         leads = early(group)
         what = {"missing": "tried to load", "corrupt": "read a partly written checkpoint",
                 "unsafe": "refused a checkpoint that holds code (weights_only=True)",
-                "stale": "loaded an older checkpoint"}[name]
+                "stale": "loaded an older checkpoint", "raised": "failed in your code"}[name]
         if name == "stale":
             what += f" ({group[0].detail.removeprefix('loaded ')})"
         not_here = _not_on_this_node(events, group, written[-1]) if name == "missing" and written else ""
@@ -81,7 +81,7 @@ def explain(outcomes: list[RankOutcome], events: list[Event], verdict: str, agre
         why = f" ({group[0].detail.split(':')[0]})" if name in ("missing", "corrupt") and group[0].detail else ""
         if name == "missing" and ONLY_WARNED in group[0].detail:  # no error raised: say what the framework did
             why = f" ({group[0].detail.split(' (')[0]})"
-        if group[0].detail.startswith(YOUR_READ):  # your code's read (own_reads.py): what it found, and where
+        if group[0].detail.startswith((YOUR_READ, YOUR_RAISE)):  # your code's read or raise (own_reads.py): where
             what, when, why, not_here = what.split(" (")[0], "", f" ({group[0].detail})", ""
         why += not_here
         parts.append(f"{ranks_text(o.rank for o in group)} {what}{when}{why}")

@@ -2,7 +2,7 @@
 from typing import Any, Optional
 
 from train.judge.explain import explain, replicas
-from train.judge.own_reads import own_read
+from train.judge.own_reads import short_path, yours
 from train.judge.vocabulary import (
     Event,
     RankOutcome,
@@ -95,9 +95,15 @@ def _after_load(rank: int, mine: list[Event], events: list[Event], done: Event,
         return outcome, AFTER_LOAD + detail, ""
     died = [e for e in failures if e["failed_rank"] == rank]
     if died:
-        why = died[-1].get("message") or f"exit code {died[-1]['exitcode']}"
+        why = (died[-1].get("message") or f"exit code {died[-1]['exitcode']}") + raised_at(mine)
         return "error", f"{AFTER_LOAD}it died ({why})", died[-1].get("log", "")
     return None
+
+
+def raised_at(mine: list[Event]) -> str:
+    """Where the exception that ended this rank's run was raised (rank_error's innermost frame), if it left one."""
+    raised = last_event(mine, "rank_error")
+    return f", raised in {short_path(raised['at'])}" if raised and raised.get("at") else ""
 
 
 def _last_save_began(events: list[Event]) -> Optional[Event]:
@@ -154,9 +160,9 @@ def classify_rank(rank: int, events: list[Event]) -> RankOutcome:
     def result(outcome: str, detail: str = "", log: str = "") -> RankOutcome:
         return RankOutcome(rank, outcome, detail, rank_timings(mine, events), final["digest"] if final else "", log)
 
-    yours = own_read(mine)  # a read by your code (fix=own) that came too early decides, whatever loaded after it
-    if yours:
-        return result(*yours)
+    your_part = yours(mine)  # your code (fix=own) read too early or raised: that decides, whatever loaded after it
+    if your_part:
+        return result(*your_part)
     failures = [e for e in launcher if e["event"] == "rank_failed"]
     done = last_event(mine, "load_done")
     if done:
@@ -189,7 +195,7 @@ def classify_rank(rank: int, events: list[Event]) -> RankOutcome:
         return result("crashed", "it died where the scenario placed a crash (fault.crash_rank)")
     died = [e for e in failures if e["failed_rank"] == rank]
     if died:
-        return result("error", died[-1].get("message") or f"exit code {died[-1]['exitcode']}",
+        return result("error", (died[-1].get("message") or f"exit code {died[-1]['exitcode']}") + raised_at(mine),
                       died[-1].get("log", ""))
     status = launch_status(launcher)
     if status == "timeout":

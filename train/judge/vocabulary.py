@@ -30,6 +30,8 @@ Each rank's outcome:
            the rank was ended at once, not at the timeout (a race, not the harness's failure)
   aborted  the launcher stopped it after a peer failed, or its sync broke when a peer died
   crashed  it died where a scenario placed a crash (fault.crash_rank)
+  raised   your code (fix=own) raised an exception that ended the rank's run, other than a missing or unreadable
+           file (those are missing and corrupt): rank_error{error_type, message, at, by} (a race, not the harness's)
   error    it failed for a reason outside the experiment: the harness's failure, not a race
 A rank whose load ended well and that then failed (its sync failed or could never end, its framework's call raised:
 train_error, or it died) is never `loaded`: it is timeout, hung, aborted or error as above, its detail starting
@@ -68,7 +70,7 @@ Event = dict[str, Any]  # one record of events/*.jsonl: t, rank, event, and the 
 # the events a rank records where it failed, a planted kill (crash) included
 FAILURE_EVENTS = ("crash", "load_error", "rotate_error", "train_error", "sync_error", "hang")
 OUTCOMES = ("loaded", "skipped", "stale", "missing", "corrupt", "mixed", "unsafe", "timeout", "hung", "aborted", "crashed",
-            "error")
+            "raised", "error")
 VERDICTS = ("clean", "race", "save_failed", "error", "interrupted")
 
 # What torch.load says about a partly written or unreadable file, and safetensors (at any cut of a file).

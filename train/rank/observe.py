@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 
 OPS = {"open": "open", "os.rename": "rename", "os.remove": "remove", "os.listdir": "list", "os.scandir": "list",
        "shutil.rmtree": "rmtree"}  # the audit events watched (os.replace raises os.rename), and their op names
@@ -113,6 +114,16 @@ class FileWatch:
                 return f"{frame.f_code.co_filename}:{frame.f_lineno}"
             frame = frame.f_back
         return None
+
+    def record_raised(self, error: BaseException):
+        """rank_error: an exception that left the framework's run on this rank, and where it was raised: `at`, the
+        innermost frame; `by`, the innermost frame of your code (fix=own's package) it passed through, if any."""
+        frames = [f"{frame.f_code.co_filename}:{line}" for frame, line in traceback.walk_tb(error.__traceback__)]
+        yours = [f for f in frames if f.startswith(self.roots)] if self.roots else []
+        fields = {"error_type": type(error).__name__, "message": str(error)[:500], "at": frames[-1] if frames else ""}
+        if yours:
+            fields["by"] = yours[-1]
+        self.events.record("rank_error", **fields)
 
     def record_end(self):
         """file_state: how each file your code read stands as the rank ends; file_watch: what watching cost."""

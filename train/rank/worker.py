@@ -47,6 +47,9 @@ def run_rank(cfg: dict, plan: dict, run_dir: str) -> dict:
     framework = framework_named(cfg["framework"]["name"])()
     try:
         framework.run(cfg["workload"], Rank(cfg, plan, run_dir, events, Faults(cfg, events, say), device))
+    except Exception as error:
+        watch.record_raised(error)  # whose code raised it: yours (a verdict) or race-lab's (no verdict)
+        raise
     finally:
         watch.record_end()
 

@@ -734,7 +734,7 @@ def test_saves_are_the_completed_ones_oldest_first_and_spans_read_well():
 
 def test_the_outcome_and_verdict_names_are_the_documented_ones():
     assert OUTCOMES == ("loaded", "skipped", "stale", "missing", "corrupt", "mixed", "unsafe", "timeout", "hung",
-                        "aborted", "crashed", "error")
+                        "aborted", "crashed", "raised", "error")
     assert VERDICTS == ("clean", "race", "save_failed", "error", "interrupted")
     assert Verdict("race", "x", "agree", []).as_dict() == {"verdict": "race", "explanation": "x", "replicas": "agree",
                                                            "ranks": []}

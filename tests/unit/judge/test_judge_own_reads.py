@@ -40,3 +40,41 @@ def test_the_last_read_decides_a_read_of_the_file_as_it_ended_is_fine_and_others
     assert outcome(1, retried) == "loaded" and judge_load_best(retried, 2).verdict == "clean"
     framework_read = run(read(10, 1, by=None, exists=False))  # the adapter's own events judge it
     assert outcome(1, framework_read) == "loaded"
+
+
+def raised(t, rank, error_type, message, by=MINE, at="/work/lib/torch/serialization.py:1500"):
+    return ev(t, rank, "rank_error", error_type=error_type, message=message, at=at, **({"by": by} if by else {}))
+
+
+def failed(rank, t=20):
+    return ev(t, "launcher", "rank_failed", failed_rank=rank, exitcode=1, message="EOFError", log="logs/1.log")
+
+
+def test_your_read_of_a_file_being_written_that_your_code_could_not_load_is_corrupt():
+    events = run(read(10, 1, exists=True, bytes=900, inode=7, mtime_ns=1_000),
+                 raised(10.1, 1, "EOFError", "Ran out of input"), ev(13, 1, "file_state", path=PATH, by=MINE, **FINAL))
+    assert outcome(1, events) == "corrupt"
+    verdict = judge_load_best(events, 2)
+    assert verdict.verdict == "race"
+    assert ("rank 1 read a partly written checkpoint (your code's read of models/weights.pt, read in "
+            "mine/own_file.py:20, came while it was being written (900 bytes then, 16441 when the rank ended): your "
+            "code raised EOFError: Ran out of input, in mine/own_file.py:20)") in verdict.explanation
+
+
+def test_an_exception_your_code_raised_is_a_race_named_by_what_it_says_never_no_verdict():
+    missing = run(raised(10.1, 1, "FileNotFoundError", "[Errno 2] No such file: 'weights.pt'"), failed(1))
+    assert outcome(1, missing) == "missing"
+    other = run(raised(10.1, 1, "KeyError", "'model'"), failed(1))
+    assert outcome(1, other) == "raised"
+    verdict = judge_load_best(other, 2)
+    assert verdict.verdict == "race"
+    assert "rank 1 failed in your code (your code raised KeyError: 'model', in mine/own_file.py:20)" in \
+        verdict.explanation
+
+
+def test_an_exception_that_never_passed_through_your_code_is_no_verdict_naming_where_it_was_raised():
+    events = run(raised(10.1, 1, "RuntimeError", "gloo broke", by=None), failed(1))
+    assert outcome(1, events) == "error"
+    verdict = judge_load_best(events, 2)
+    assert verdict.verdict == "error"
+    assert "raised in torch/serialization.py:1500" in verdict.explanation
