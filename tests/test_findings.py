@@ -6,9 +6,10 @@ cited source line moved; every upstream number cited in docs/ and configs/ is in
 list; and the repros, run for real with torchrun, still show their symptom with the exit code the page gives, and
 print exactly what the page shows.
 
-Fast: the pages, the list and tools/findings.py's own logic (no ranks). Slow: the two quick repros (accelerate,
-about half a minute each), each run once for all its assertions. The other seven (restarts, two-node launches;
-10 minutes and more together on a loaded 2-core machine, past what CI's budget allows) run under
+Fast: the pages, the reports, the list and tools/findings.py's own logic (no ranks). Slow: the two quick repros
+(accelerate, about half a minute each), each run once for all its assertions. The other twelve (restarts, two-node
+launches, patched copies, torch's async saves; 15 minutes and more together on a loaded 2-core machine, past what
+CI's budget allows) run under
 RACE_LAB_FINDINGS=all, and always in `make findings`, which exits 1 unless each shows its symptom and exit code.
 """
 import importlib.util
@@ -319,7 +320,7 @@ def test_a_quick_repro_still_shows_its_symptom_and_prints_what_the_page_shows(ra
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("RACE_LAB_FINDINGS") != "all",
-                    reason="restarting and two-node repros (10+ min): RACE_LAB_FINDINGS=all, or make findings")
+                    reason="restarting, two-node and torch async repros (15+ min): RACE_LAB_FINDINGS=all, or make findings")
 @pytest.mark.parametrize("name", sorted(set(FINDINGS) - set(QUICK)))
 def test_a_long_repro_still_shows_its_symptom_and_prints_what_the_page_shows(ran, name):
     assert_as_the_page_shows(ran, name)
