@@ -4,11 +4,16 @@ For each finding it runs the repro's command(s) with torchrun in a fresh folder,
 (and the few framework lines a page quotes), normalises them (sorted by attempt and rank, temporary paths made
 relative), and judges them: `still present` (every run shows the expected symptom and exit code), `gone` (a run
 that showed the symptom now shows the healthy outcome) or `error` (anything else: a timeout, another exit code,
-neither outcome). It prints one line a finding with the versions, writes docs/findings/output/<name>.txt and puts
-that text into the finding page's ```text block after `<!-- output: <name> -->`. Exit status 1 when any finding
-is `error` (or, with --expect-present, not `still present`); 2 for bad arguments.
+neither outcome). First it checks that the source lines the pages cite (LINES) still say what they quote. It prints one line a
+finding with the versions, writes docs/findings/output/<name>.txt and puts
+that text into the ```text block after `<!-- output: <name> -->` of the finding's page and of every report
+(docs/findings/reports/*.md) that names it (`<!-- finding: <name> -->`). Exit status 1 when any finding is
+`error`, when a finding a report rests on is not `still present` (the report's claim no longer reproduces), or,
+with --expect-present, when any finding is not `still present`; 2 for bad arguments.
 
-    python tools/findings.py [--only NAME[,NAME]] [--no-write] [--expect-present]
+    python tools/findings.py [--only NAME[,NAME]] [--no-write] [--expect-present] [--fill]
+
+--fill runs nothing: it copies each finding's captured output, repro and files into its page and its reports.
 
 tests/project/test_findings.py imports this file (FINDINGS, run_finding, render) and checks pages against it.
 """
@@ -24,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from importlib.metadata import version
+from importlib.metadata import distribution, version
 from pathlib import Path
 from typing import Callable
 
@@ -32,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FINDINGS_DIR = ROOT / "docs" / "findings"
 REPROS = FINDINGS_DIR / "repros"
 OUTPUT = FINDINGS_DIR / "output"
+REPORTS = FINDINGS_DIR / "reports"
 TIMEOUT_S = 420  # one command (a run of a restarting repro is about 90 s on a loaded 2-core machine)
 SWITCH = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "  # torch's own switch: each restart gets a fresh store
 MARK = re.compile(r"(?:(?:attempt|job) (\d+) )?rank (\d+): .*?(?=(?:(?:attempt|job) \d+ )?rank \d+: |$)")
@@ -55,6 +61,7 @@ class Finding:
     runs: list[Run]
     extras: list[tuple[str, int, int]] = field(default_factory=list)  # (regex, attempt, rank) of framework lines
     drop: str | None = None  # kept lines that depend on timing (a rank killed by the agent after another died)
+    files: tuple[str, ...] = ()  # other files of repros/ the commands use (a patch), copied in beside the repro
 
 
 def has(lines, *texts):
@@ -72,6 +79,15 @@ def both(pred, rc_ok):
 R = "torchrun --standalone --nproc_per_node=2"
 N2 = "torchrun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:29500"
 AT = "torchrun --standalone --nproc_per_node=2 --max-restarts=2"
+
+
+def patched(diff: str, command: str) -> str:
+    """The command against a patched copy of the installed deepspeed, first on PYTHONPATH; the installed package is
+    not touched. A folder of its own for each agent (mktemp): two agents side by side each copy and patch."""
+    where = "import importlib.util as u; print(u.find_spec('deepspeed').submodule_search_locations[0])"
+    return (f'P=$(mktemp -d -p .) && cp -r "$(python -c "{where}")" $P/ && patch -s -d $P -p1 < {diff} && '
+            f"PYTHONPATH=$P {command}")
+
 
 def torn_resume(script: str, call: str) -> Run:
     """A repro under torch elastic's restarts whose every restart dies in `call` on the torn newest checkpoint
@@ -172,8 +188,11 @@ FINDINGS = [
          Run(f"{N2} deepspeed_node_local.py use_node_local_storage", nodes=2,
              expect=both(lambda ls: has(ls, "rank 1: load_checkpoint returned None",
                                         "rank 1: global_steps 1 after one more step"), codes(0, 0)),
-             gone=lambda ls, rcs: not has(ls, "rank 1: load_checkpoint returned None"))],
-        extras=[(r"Unable to find latest file at node1/latest", 0, 1)]),
+             gone=lambda ls, rcs: not has(ls, "rank 1: load_checkpoint returned None")),
+         Run(patched("deepspeed_node_local.diff", f"{N2} deepspeed_node_local.py use_node_local_storage"), nodes=2,
+             expect=both(lambda ls: has(ls, "rank 1: load_checkpoint returned node1/global_step5/mp_rank_00_model_"
+                                            "states.pt", "rank 1: global_steps 6 after one more step"), codes(0, 0)))],
+        extras=[(r"Unable to find latest file at node1/latest", 0, 1)], files=("deepspeed_node_local.diff",)),
     Finding(
         "deepspeed_latest_first", "deepspeed.md",
         "save_checkpoint writes `latest` before the other ranks' partitions: every restart dies on the missing one",
@@ -181,8 +200,14 @@ FINDINGS = [
         [Run(f"{SWITCH}{AT} deepspeed_latest_first.py",
              both(lambda ls: all(has(ls, f"attempt {a} rank 1: load_checkpoint failed: FileNotFoundError")
                                  for a in (1, 2)), codes(1)),
-             gone=lambda ls, rcs: has(ls, "attempt 1 rank 1: finished"))],
-        drop=r"^attempt [12] rank 0: "),  # rank 0 loads as rank 1 fails: whether it prints before it is stopped varies
+             gone=lambda ls, rcs: has(ls, "attempt 1 rank 1: finished")),
+         Run(patched("deepspeed_latest_first.diff", f"{SWITCH}{AT} deepspeed_latest_first.py"),
+             both(lambda ls: has(ls, "attempt 1 rank 1: ckpt/ holds global_step10, global_step5, latest, zero_to_fp32.py,"
+                                     " zero_to_torch.py; `latest` names global_step5",
+                                 "attempt 1 rank 1: resumed at step 5", "attempt 1 rank 1: finished at step 15"),
+                  codes(0)))],
+        drop=r"^attempt [12] rank 0: ",  # rank 0 loads as rank 1 fails: whether it prints before it is stopped varies
+        files=("deepspeed_latest_first.diff",)),
     Finding(
         "deepspeed_older_tag", "deepspeed.md",
         "load_checkpoint(dir) resumes a new run from the tag an older, different run left in the folder, with no error",
@@ -192,6 +217,110 @@ FINDINGS = [
                   codes(0)),
              gone=lambda ls, rcs: not has(ls, "job 1 rank 0: its weights are the older run's: True"))]),
 ]
+
+
+TR = "torchrun --standalone --nproc_per_node=2"
+FINDINGS += [
+    Finding(
+        "torch_dcp_exit", "torch-dcp.md",
+        "a process group destroyed under an async_save in flight: the save goes on as one process per rank, exit 0",
+        ("torch",),
+        [Run(f"{TR} torch_dcp_exit.py; python torch_dcp_exit.py check",
+             both(lambda ls: has(ls, "job 1 rank 0: after the run: ckpt/step1 is whole (a .metadata naming both ranks'"
+                                     " tensors): False"), codes(0)),
+             gone=lambda ls, rcs: has(ls, "is whole (a .metadata naming both ranks' tensors): True")),
+         Run(f"{TR} torch_dcp_exit.py fixed; python torch_dcp_exit.py check",  # the control: the Future awaited
+             both(lambda ls: has(ls, "job 1 rank 0: after the run: ckpt/step1 is whole (a .metadata naming both"
+                                     " ranks' tensors): True"), codes(0)))]),
+    Finding(
+        "torch_dcp_pointer", "torch-dcp.md",
+        "a pointer written when async_save returns names a checkpoint that a crash leaves without .metadata",
+        ("torch",),
+        [Run(f"{TR} torch_dcp_pointer.py; {TR} torch_dcp_pointer.py resume",
+             both(lambda ls: all(has(ls, f"job 1 rank {r}: dcp.load(ckpt/step1) failed: CheckpointException")
+                                 for r in (0, 1)), codes(1)),
+             gone=lambda ls, rcs: has(ls, "job 1 rank 0: resumed from step1")),
+         Run(f"{TR} torch_dcp_pointer.py fixed; {TR} torch_dcp_pointer.py resume",  # the control
+             both(lambda ls: all(has(ls, f"job 1 rank {r}: resumed from step0, step 0") for r in (0, 1)), codes(0)))]),
+    Finding(
+        "torch_dcp_group", "torch-dcp.md",
+        "async_save's collectives and another thread's on one group pair by issue order: a hang, or two saves mixed",
+        ("torch",),
+        [Run(f"{TR} torch_dcp_group.py shared",
+             both(lambda ls: has(ls, "rank 0: failed: RuntimeError") and not has(ls, "every save returned"),
+                  codes(1)),
+             gone=lambda ls, rcs: has(ls, "every save returned")),
+         Run(f"{TR} torch_dcp_group.py overlap",
+             both(lambda ls: has(ls, "rank 0: every save returned; ckpt/model/.metadata names model.rank0,"
+                                     " optim.rank1.m, optim.rank1.v"), codes(0)),
+             gone=lambda ls, rcs: has(ls, "ckpt/model/.metadata names model.rank0, model.rank1")),
+         Run(f"{TR} torch_dcp_group.py own_group",  # the control
+             both(lambda ls: has(ls, "rank 0: every save returned; ckpt/model/.metadata names model.rank0,"
+                                     " model.rank1"), codes(0)))],
+        drop=r"^rank 1: failed"),  # rank 1's error: its own timeout or rank 0's exit, whichever comes first
+    Finding(
+        "torch_dcp_overwrite", "torch-dcp.md",
+        "a save over an existing folder, cut short, loads as a mix of two steps with no error",
+        ("torch",),
+        [Run(f"{TR} torch_dcp_overwrite.py 1; {TR} torch_dcp_overwrite.py 2; {TR} torch_dcp_overwrite.py load",
+             both(lambda ls: all(has(ls, f"job 3 rank {r}: dcp.load(last) returned; rank0's tensor is step 2, rank1's"
+                                         " step 1") for r in (0, 1)), codes(0)),
+             gone=lambda ls, rcs: not has(ls, "rank0's tensor is step 2, rank1's step 1"))],
+        extras=[(r"Detected an existing checkpoint in last, overwriting since self\.overwrite=True\. Past version 2\.5"
+                 r" of PyTorch, `overwrite` will default to False\.", 2, 0)]),
+]
+
+
+# Source lines the pages and reports cite as file:line, with what the line says in the installed versions:
+# (distribution, path inside site-packages, line, text on that line). make findings checks them before any run.
+LINES = [
+    ("deepspeed", "deepspeed/runtime/engine.py", 4395, "def load_checkpoint(self,"),
+    ("deepspeed", "deepspeed/runtime/engine.py", 4438, "Unable to find latest file at"),
+    ("deepspeed", "deepspeed/runtime/engine.py", 4869, "def save_checkpoint(self, save_dir"),
+    ("deepspeed", "deepspeed/runtime/engine.py", 4892,
+     "rank = self.local_rank if self.use_node_local_storage() else self.global_rank"),
+    ("deepspeed", "deepspeed/runtime/engine.py", 4960, "if save_latest and self.global_rank == 0:"),
+    ("deepspeed", "deepspeed/runtime/engine.py", 4964, "dist.barrier()"),
+    ("deepspeed", "deepspeed/runtime/engine.py", 4978, "if self.global_rank == 0 and commit_info.save_latest:"),
+    ("torch", "torch/distributed/checkpoint/state_dict_saver.py", 184,
+     "no_dist = no_dist or (not dist.is_available()) or (not dist.is_initialized())"),
+    ("torch", "torch/distributed/checkpoint/state_dict_saver.py", 187, "assuming the intent is to save in a single process"),
+    ("torch", "torch/distributed/checkpoint/state_dict_saver.py", 221, "def async_save("),
+    ("torch", "torch/distributed/checkpoint/_async_thread_executor.py", 43, "self._executor = ThreadPoolExecutor("),
+    ("torch", "torch/distributed/checkpoint/api.py", 30, "class CheckpointException(BaseException):"),
+    ("torch", "torch/distributed/checkpoint/filesystem.py", 599, "overwrite: bool = True,"),
+    ("torch", "torch/distributed/checkpoint/filesystem.py", 614, "Defaults to True."),
+    ("torch", "torch/distributed/checkpoint/filesystem.py", 661, "Past version 2.5 of PyTorch, `overwrite` will default"),
+    ("torch", "torch/distributed/checkpoint/filesystem.py", 798, "self.fs.rename(tmp_path, metadata_path)"),
+    ("accelerate", "accelerate/accelerator.py", 2575, "self.wait_for_everyone()"),
+    ("accelerate", "accelerate/accelerator.py", 3310, "wait_for_everyone()"),
+    ("accelerate", "accelerate/accelerator.py", 3625, "def save_state("),
+    ("accelerate", "accelerate/accelerator.py", 3679, "to make room for new checkpoint."),
+    ("accelerate", "accelerate/accelerator.py", 3688, "self.wait_for_everyone()"),
+    ("accelerate", "accelerate/accelerator.py", 3791, "def load_state("),
+    ("accelerate", "accelerate/accelerator.py", 4301, "self.wait_for_everyone()"),
+    ("transformers", "transformers/trainer.py", 3380, "dist.barrier()"),
+    ("transformers", "transformers/trainer.py", 3387, "if os.path.exists(best_checkpoint_dir):"),
+    ("transformers", "transformers/trainer.py", 3395, "self._save_rng_state(output_dir)"),
+    ("transformers", "transformers/trainer.py", 3415, "if self.args.should_save:"),
+    ("transformers", "transformers/trainer.py", 3417, "rotate_checkpoints("),
+    ("transformers", "transformers/trainer.py", 3506, "os.makedirs(output_dir, exist_ok=True)"),
+    ("pytorch-lightning", "pytorch_lightning/callbacks/model_checkpoint.py", 325, "trainer.strategy.broadcast(dirpath)"),
+    ("pytorch-lightning", "pytorch_lightning/callbacks/model_checkpoint.py", 984, "self._save_checkpoint(trainer, filepath)"),
+    ("pytorch-lightning", "pytorch_lightning/callbacks/model_checkpoint.py", 987,
+     "self._remove_checkpoint(trainer, del_filepath)"),
+]
+
+
+def moved_lines(lines=LINES) -> list[str]:
+    """One line for each cited source line that no longer says what the pages quote."""
+    moved = []
+    for dist, path, number, text in lines:
+        source = Path(str(distribution(dist).locate_file(path)))
+        found = source.read_text().splitlines()[number - 1] if source.exists() else ""
+        if text not in found:
+            moved.append(f"error: {path}:{number} ({dist} {version(dist)}) no longer says {text!r}: {found.strip()!r}")
+    return moved
 
 
 def versions(finding: Finding) -> str:
@@ -204,9 +333,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def execute(run: Run, repro: Path, workdir: Path) -> tuple[str, tuple[int, ...]]:
+def execute(run: Run, repro: Path, workdir: Path, files: tuple[str, ...] = ()) -> tuple[str, tuple[int, ...]]:
     """Run the command in workdir (the repro copied in), as the page gives it; (stdout+stderr, exit codes)."""
     shutil.copy(repro, workdir / repro.name)
+    for name in files:
+        shutil.copy(repro.parent / name, workdir / name)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("PYTHONUNBUFFERED", None)  # unbuffered, print() writes a line and its newline apart: lines interleave
     command = re.sub(r"HOST:\d+", lambda _: f"127.0.0.1:{free_port()}", run.command)  # a port per rendezvous
@@ -265,16 +396,19 @@ def run_finding(finding: Finding) -> tuple[str, str]:
     results = []
     for run in finding.runs:
         with tempfile.TemporaryDirectory(prefix=f"finding-{finding.name}-") as tmp:
-            text, rcs = execute(run, REPROS / f"{finding.name}.py", Path(tmp))
+            text, rcs = execute(run, REPROS / f"{finding.name}.py", Path(tmp), finding.files)
             results.append((run, keep(finding, text, Path(tmp)), rcs))
     status = judge(finding, results)
     return status, render(finding, status, results)
 
 
+FENCES = {"output": ("output: {}", "text"), "repro": ("repro: {}.py", "python"), "file": ("file: {}", "diff")}
+
+
 def block(page_text: str, kind: str, name: str) -> tuple[int, int] | None:
-    """(start, end) offsets of the body of the fenced block right after `<!-- output: name -->` (```text) or
-    `<!-- repro: name.py -->` (```python), if the page has one."""
-    marker, fence = (f"output: {name}", "text") if kind == "output" else (f"repro: {name}.py", "python")
+    """(start, end) offsets of the body of the fenced block right after `<!-- output: name -->` (```text),
+    `<!-- repro: name.py -->` (```python) or `<!-- file: name -->` (```diff), if the page has one."""
+    marker, fence = FENCES[kind][0].format(name), FENCES[kind][1]
     m = re.search(rf"<!-- {re.escape(marker)} -->\n```{fence}\n(.*?)```\n", page_text, re.S)
     return (m.start(1), m.end(1)) if m else None
 
@@ -284,13 +418,30 @@ def put(page_text: str, kind: str, name: str, body: str) -> str:
     return page_text[:span[0]] + body + page_text[span[1]:] if span else page_text
 
 
+def reports() -> dict[str, list[str]]:
+    """{report file name: the findings it rests on}, from each report's `<!-- finding: NAME -->` lines."""
+    return {path.name: re.findall(r"^<!-- finding: (\S+) -->$", path.read_text(), re.M)
+            for path in sorted(REPORTS.glob("*.md"))}
+
+
 def write(finding: Finding, rendered: str) -> None:
-    """The captured output to docs/findings/output/<name>.txt; it and the repro's file into the page's blocks."""
+    """The captured output to docs/findings/output/<name>.txt; it, the repro's file and the other files into the
+    blocks of the page and of the reports that rest on the finding."""
     OUTPUT.mkdir(parents=True, exist_ok=True)
     (OUTPUT / f"{finding.name}.txt").write_text(rendered)
-    page = FINDINGS_DIR / finding.page
-    text = put(page.read_text(), "output", finding.name, rendered)
-    page.write_text(put(text, "repro", finding.name, (REPROS / f"{finding.name}.py").read_text()))
+    paths = [FINDINGS_DIR / finding.page] + [REPORTS / r for r, names in reports().items() if finding.name in names]
+    for path in paths:
+        text = put(path.read_text(), "output", finding.name, rendered)
+        text = put(text, "repro", finding.name, (REPROS / f"{finding.name}.py").read_text())
+        for name in finding.files:
+            text = put(text, "file", name, (REPROS / name).read_text())
+        path.write_text(text)
+
+
+def unbacked(name: str, status: str) -> list[str]:
+    """One line for each report whose claim rests on a finding that is not `still present`."""
+    return [f"error: reports/{r}: its claim no longer reproduces ({name}: {status})"
+            for r, names in reports().items() if name in names and status != "still present"]
 
 
 def main(argv=None) -> int:
@@ -298,6 +449,8 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help="comma-separated finding names (default: all)")
     parser.add_argument("--no-write", action="store_true", help="print the statuses, write nothing")
     parser.add_argument("--expect-present", action="store_true", help="exit 1 unless every finding is still present")
+    parser.add_argument("--fill", action="store_true",
+                        help="run nothing: copy the captured outputs, repros and files into the pages and reports")
     args = parser.parse_args(argv)
     names = [n for n in args.only.split(",") if n]
     unknown = sorted(set(names) - {f.name for f in FINDINGS})
@@ -305,9 +458,15 @@ def main(argv=None) -> int:
         print(f"error: unknown finding {', '.join(unknown)}; known: {', '.join(f.name for f in FINDINGS)}",
               file=sys.stderr)
         return 2
-    failed = False
+    moved = [] if args.fill else moved_lines()
+    for line in moved:
+        print(line, file=sys.stderr)
+    failed = bool(moved)
     for finding in FINDINGS:
         if names and finding.name not in names:
+            continue
+        if args.fill:
+            write(finding, (OUTPUT / f"{finding.name}.txt").read_text())
             continue
         status, rendered = run_finding(finding)
         print(f"{finding.name:32} {status:14} {versions(finding)}", flush=True)
@@ -315,7 +474,10 @@ def main(argv=None) -> int:
             print(rendered, file=sys.stderr)
         if not args.no_write:
             write(finding, rendered)
-        failed |= status == "error" or (args.expect_present and status != "still present")
+        lost = unbacked(finding.name, status)
+        for line in lost:
+            print(line, file=sys.stderr)
+        failed |= status == "error" or bool(lost) or (args.expect_present and status != "still present")
     return 1 if failed else 0
 
 

@@ -1,11 +1,15 @@
-"""docs/findings/ holds up (issue 25): every finding page shows its repro file and the output `make findings`
-captured, as they are; every finding section is classified, with its thread, versions and command; every upstream
-number cited in docs/ and configs/ is in docs/findings/README.md's checked list; and the repros, run for real with
-torchrun, still show their symptom with the exit code the page gives, and print exactly what the page shows.
+"""docs/findings/ holds up (issues 25, 42): every finding page shows its repro file and the output `make findings`
+captured, as they are; every finding section is classified, with its thread, versions and command; every finding
+has a state in docs/findings/README.md, and each one ready to post a report (docs/findings/reports/) that shows its
+command, repro and output as they are; tools/findings.py fails when a report's claim no longer reproduces and when a
+cited source line moved; every upstream number cited in docs/ and configs/ is in docs/findings/README.md's checked
+list; and the repros, run for real with torchrun, still show their symptom with the exit code the page gives, and
+print exactly what the page shows.
 
-Fast: the pages, the list and tools/findings.py's own logic (no ranks). Slow: the two quick repros (accelerate,
-about half a minute each), each run once for all its assertions. The other seven (restarts, two-node launches;
-10 minutes and more together on a loaded 2-core machine, past what CI's budget allows) run under
+Fast: the pages, the reports, the list and tools/findings.py's own logic (no ranks). Slow: the two quick repros
+(accelerate, about half a minute each), each run once for all its assertions. The other twelve (restarts, two-node
+launches, patched copies, torch's async saves; 15 minutes and more together on a loaded 2-core machine, past what
+CI's budget allows) run under
 RACE_LAB_FINDINGS=all, and always in `make findings`, which exits 1 unless each shows its symptom and exit code.
 """
 import importlib.util
@@ -72,27 +76,144 @@ def test_the_captured_output_has_every_command_the_finding_runs(name):
     assert len(re.findall(r"^\(exit codes? [-\d, ]+\)$", text, re.M)) == len(FINDINGS[name].runs)
 
 
+PAGES = ("accelerate.md", "transformers.md", "lightning.md", "deepspeed.md", "torch-dcp.md")
+
+
 def finding_sections():
-    for page in ("accelerate.md", "transformers.md", "lightning.md", "deepspeed.md"):
+    for page in PAGES:
         text = (tool.FINDINGS_DIR / page).read_text()
         for m in re.finditer(r"^## (\d+)\. (.*?)$(.*?)(?=^## \d+\. |\Z)", text, re.M | re.S):
             yield page, m.group(1), m.group(3)
 
 
 def test_every_finding_page_has_numbered_sections():
-    assert {page for page, _, _ in finding_sections()} == {"accelerate.md", "transformers.md", "lightning.md",
-                                                           "deepspeed.md"}
+    assert {page for page, _, _ in finding_sections()} == set(PAGES) == {f.page for f in tool.FINDINGS}
     assert len(list(finding_sections())) == len(FINDINGS)
+
+
+def section_of():
+    """{finding name: (page, section number)}: a page's n-th finding in tools/findings.py is its section n."""
+    numbers, found = {}, {}
+    for finding in tool.FINDINGS:
+        numbers[finding.page] = numbers.get(finding.page, 0) + 1
+        found[finding.name] = (finding.page, str(numbers[finding.page]))
+    return found
+
+
+def test_each_section_holds_the_repro_of_the_finding_in_its_place():
+    bodies = {(page, number): body for page, number, body in finding_sections()}
+    for name, where in section_of().items():
+        assert f"<!-- repro: {name}.py -->" in bodies[where], (name, where)
 
 
 @pytest.mark.parametrize("page,number,body", list(finding_sections()), ids=lambda v: str(v)[:20])
 def test_every_finding_is_classified_with_its_thread_versions_and_command(page, number, body):
     head = body.split("### ")[0]  # the top of the section, before its details
-    assert re.search(r"\*\*Classification: (docs gap|bug|feature request|duplicate|likely|works as designed)", head)
+    assert re.search(r"\*\*Classification: (docs gap|bug|feature request|duplicate|likely|works as designed|withdrawn)",
+                     head)
     assert "**Post to:**" in head and "github.com/" in head
     assert re.search(r"\*\*Versions:\*\* \S+ \d+\.\d+\.\d+", head)
     assert re.search(r"\*\*Command:\*\*\s*`[^`]*torchrun [^`]*\.py[^`]*`", head)
     assert "<!-- repro: " in body and "<!-- output: " in body
+
+
+# --- states and reports ---------------------------------------------------------------------------------------
+
+STATES = ("ready to post", "needs a maintainer's answer", "withdrawn")
+REPORTS = tool.reports()
+
+
+def state_rows():
+    """{(page, section number): (state, report file or None)} from docs/findings/README.md's table."""
+    rows = {}
+    for line in FINDINGS_README.read_text().splitlines():
+        m = re.match(r"\| \[[^\]]+\]\(([\w-]+\.md)#(\d+)-[^)]*\)[^|]*\|[^|]*\| ([^|]+?) \|[^|]*\| ([^|]+?) \|", line)
+        if m:
+            report = re.search(r"\(reports/([\w-]+\.md)\)", m.group(4))
+            rows[(m.group(1), m.group(2))] = (m.group(3), report and report.group(1))
+    return rows
+
+
+def test_the_readme_gives_every_finding_one_state_and_every_ready_one_its_report():
+    rows, sections = state_rows(), section_of()
+    assert set(rows) == set(sections.values())
+    for name, where in sections.items():
+        state, report = rows[where]
+        assert state in STATES, (name, state)
+        if state == "ready to post":
+            assert report in REPORTS and name in REPORTS[report], (name, report)
+        else:
+            assert report is None and not any(name in names for names in REPORTS.values()), name
+
+
+def test_every_report_rests_on_findings_ready_to_post():
+    sections, rows = section_of(), state_rows()
+    assert REPORTS
+    for report, names in REPORTS.items():
+        assert names, f"{report} names no finding (<!-- finding: NAME -->)"
+        for name in names:
+            assert rows[sections[name]] == ("ready to post", report), (report, name)
+
+
+@pytest.mark.parametrize("report", sorted(REPORTS))
+def test_a_report_has_every_part_a_maintainer_needs(report):
+    text = (tool.REPORTS / report).read_text()
+    assert re.match(r"# \S.*\n", text)
+    names = REPORTS[report]
+    assert f"**Versions:** {tool.versions(FINDINGS[names[0]])}" in text
+    assert "**Post to:**" in text and "github.com/" in text.split("## Reproduce")[0]
+    for part in ("## Reproduce", "## What happens", "## What was expected", "## Proposed change", "## Related threads"):
+        assert part in text, (report, part)
+    for name in names:
+        assert f"```bash\n{FINDINGS[name].runs[0].command}\n```" in text, "the repro as one command"
+
+
+@pytest.mark.parametrize("report", sorted(REPORTS))
+def test_a_report_shows_its_repro_output_and_files_as_they_are(report):
+    text = (tool.REPORTS / report).read_text()
+    for name in REPORTS[report]:
+        for kind, body in [("repro", (tool.REPROS / f"{name}.py").read_text()),
+                           ("output", (tool.OUTPUT / f"{name}.txt").read_text())]:
+            span = tool.block(text, kind, name)
+            assert span and text[span[0]:span[1]] == body, f"{report}'s {kind} of {name}: run make findings"
+        for file in FINDINGS[name].files:
+            span = tool.block(text, "file", file)
+            if span:
+                assert text[span[0]:span[1]] == (tool.REPROS / file).read_text()
+
+
+@pytest.mark.parametrize("name", sorted(n for n in FINDINGS if FINDINGS[n].files))
+def test_the_page_shows_each_patch_the_finding_runs_as_it_is(name):
+    page = (tool.FINDINGS_DIR / FINDINGS[name].page).read_text()
+    for file in FINDINGS[name].files:
+        span = tool.block(page, "file", file)
+        assert span and page[span[0]:span[1]] == (tool.REPROS / file).read_text()
+        assert any(file in run.command for run in FINDINGS[name].runs)
+
+
+def test_make_findings_fails_when_a_reports_claim_no_longer_reproduces(monkeypatch, capsys):
+    """A finding a report rests on that is `gone` is exit 1, naming the report; one no report rests on is not."""
+    backed = next(names[0] for names in REPORTS.values())
+    unbacked = next(n for n in FINDINGS if not any(n in names for names in REPORTS.values()))
+    monkeypatch.setattr(tool, "run_finding", lambda finding: ("gone", "# make findings: gone\n"))
+    monkeypatch.setattr(tool, "moved_lines", lambda: [])
+    assert tool.main(["--only", unbacked, "--no-write"]) == 0
+    assert tool.main(["--only", backed, "--no-write"]) == 1
+    report = next(r for r, names in REPORTS.items() if backed in names)
+    assert f"error: reports/{report}: its claim no longer reproduces ({backed}: gone)" in capsys.readouterr().err
+
+
+def test_every_cited_source_line_still_says_what_the_pages_quote():
+    assert tool.moved_lines() == []
+
+
+def test_a_moved_source_line_is_named_and_fails_make_findings(monkeypatch, capsys):
+    dist, path, number, text = tool.LINES[0]
+    moved = tool.moved_lines([(dist, path, number + 1, text)])
+    assert len(moved) == 1 and moved[0].startswith(f"error: {path}:{number + 1} ")
+    monkeypatch.setattr(tool, "moved_lines", lambda: moved)
+    monkeypatch.setattr(tool, "FINDINGS", [])
+    assert tool.main([]) == 1 and moved[0] in capsys.readouterr().err
 
 
 # --- the checked list of upstream threads ---------------------------------------------------------------------
@@ -199,7 +320,7 @@ def test_a_quick_repro_still_shows_its_symptom_and_prints_what_the_page_shows(ra
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("RACE_LAB_FINDINGS") != "all",
-                    reason="restarting and two-node repros (10+ min): RACE_LAB_FINDINGS=all, or make findings")
+                    reason="restarting, two-node and torch async repros (15+ min): RACE_LAB_FINDINGS=all, or make findings")
 @pytest.mark.parametrize("name", sorted(set(FINDINGS) - set(QUICK)))
 def test_a_long_repro_still_shows_its_symptom_and_prints_what_the_page_shows(ran, name):
     assert_as_the_page_shows(ran, name)
