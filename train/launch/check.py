@@ -218,9 +218,13 @@ def main(argv: list) -> int:
         return EXIT_BAD_CONFIG
     finally:
         signal.signal(signal.SIGINT, previous)
-    out = Path(_given(argv, "hydra.sweep.dir") or Path("runs") / "check" /
-               f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{plan['framework']}-{plan['fix']}").resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    given = _given(argv, "hydra.sweep.dir")
+    if given:
+        out = Path(given).resolve()
+        out.mkdir(parents=True, exist_ok=True)
+    else:
+        out = fresh_folder(Path("runs") / "check" /
+                           f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{plan['framework']}-{plan['fix']}").resolve()
     ran = [s["name"] for s in plan["scenarios"] if not s["cannot"]]
     print(f"race-lab check: {len(ran)} scenario(s) x {plan['repeats']} run(s) into {out}", flush=True)
     code = run_sweep(sweep_command(plan["argv"], plan, out), out / "check.log") if ran else 0
@@ -235,6 +239,20 @@ def main(argv: list) -> int:
     print(card(checked), flush=True)
     print(f"card: {out / 'check.md'}; runs to click through: {out / 'check.html'}", flush=True)
     return {"safe": EXIT_SAFE, "unsafe": EXIT_UNSAFE}.get(checked["verdict"], EXIT_HARNESS)
+
+
+def fresh_folder(base: Path) -> Path:
+    """A new folder named base, or base-2, base-3, ...: made by this process alone (mkdir either makes it or
+    fails), so two checks started in the same second from one folder (parallel CI jobs) never share one."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        folder = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise FileExistsError(f"{base}: 9999 folders of that name already")
 
 
 def cli(argv: list):
