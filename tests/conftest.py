@@ -11,6 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+pytest_plugins = ["pytester"]  # a user's project run by pytest (tests/e2e/test_pytest_plugin.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 # the race-lab command (pyproject.toml's script) beside this python, as a user's shell finds it
 RACE_LAB = str(Path(sys.executable).parent / "race-lab")

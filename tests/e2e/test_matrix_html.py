@@ -186,3 +186,29 @@ def test_with_several_frameworks_a_selector_picks_the_grid(tmp_path, browser):
     assert tab.locator("#runs h2").inner_text() == "lightning: seed x as_shipped: 1 run"
     assert tab.locator("#runs .explanation").all_inner_texts() == ["lightning's run"]
     assert not errors, errors
+
+
+@pytest.mark.parametrize("scripts", [False, True])
+def test_check_html_reads_without_javascript_and_runs_nothing_a_run_wrote(browser, tmp_path, scripts):
+    """check.html (train/report/check_html.py): the answer, every scenario's whole sentence and what was left out are
+    in the page itself, with JavaScript off as with it on; what a run wrote is text, never markup."""
+    from train.report.check_html import page as check_page
+
+    checked = {"framework": "lightning", "fix": "own", "class": "mine.Keeper", "repeats": 1, "world_size": 2,
+               "verdict": "unsafe", "recommended": "rank0_leads", "fix_docs": "docs/fixes/lightning.md",
+               "scenarios": [{"name": "seed", "workload": "load_best", "verdict": "raced", "counted": 1, "races": 1,
+                              "ci_low": 0.2, "ci_high": 1.0, "explanation": NASTY, "holds_with": ["rank0_leads"]},
+                             {"name": "stale", "workload": "load_best", "verdict": "held", "counted": 1, "races": 0,
+                              "ci_low": 0.0, "ci_high": 0.8, "explanation": "clean: every rank loaded it",
+                              "holds_with": ["rank0_leads", "barrier"]}],
+               "left_out": [{"name": "many_writers", "why": "cannot happen in lightning"}]}
+    (tmp_path / "check.html").write_text(check_page(checked), encoding="utf-8")
+    context = browser.new_context(java_script_enabled=scripts)
+    tab = context.new_page()
+    tab.goto((tmp_path / "check.html").as_uri())
+    assert tab.inner_text("#answer").startswith("unsafe: raced in 1 of 2 (seed)")
+    rows = [[cell.inner_text() for cell in row.query_selector_all("td")] for row in tab.query_selector_all("tbody tr")]
+    assert [row[0] for row in rows] == ["seed", "stale"] and rows[0][3] == NASTY and rows[1][4] == "rank0_leads, barrier"
+    assert "many_writers: cannot happen in lightning" in tab.inner_text("body")
+    assert tab.evaluate("() => window.pwned") is None and not tab.query_selector("img")
+    context.close()

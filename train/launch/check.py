@@ -9,7 +9,7 @@ what do I change?
 3. Run those as one Hydra multirun, check.repeats times each, jobs side by side (train/launch/sweep.py prints a
    line a job; every other line goes to check.log).
 4. Judge: train/report/check_card.py makes the card, check.json and check.md from the runs' summaries and the
-   measured matrix (docs/measured/); check.html is the sweep's matrix.html.
+   measured matrix (docs/measured/); check.html the card as a page (train/report/check_html.py), matrix.html the runs.
 Exit codes: 0 safe, 1 unsafe, 2 bad input, 3 the harness failed (never a race), 130 interrupted.
 """
 import os
@@ -26,7 +26,8 @@ from train.frameworks.registry import register_configs
 from train.launch.defaults import CONFIGS, options, with_defaults_filled
 from train.launch.plan import check_config, framework_cannot, not_applicable, the_framework
 from train.launch.preflight import EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED, check_limits, check_used
-from train.report.check_card import card, markdown, result
+from train.report.check_card import WIDTH, card, markdown, result
+from train.report.check_html import page as check_page
 from train.report.files import write_json_atomic
 from train.report.matrix import SCENARIO_ORDER
 from train.report.measured import read_measured
@@ -234,10 +235,10 @@ def main(argv: list) -> int:
     checked = result(plan, summaries_by_scenario(out), read_measured(plan["framework"]))
     write_json_atomic(out / "check.json", checked)
     (out / "check.md").write_text(markdown(checked), encoding="utf-8")
-    if (out / "matrix.html").exists():
-        shutil.copyfile(out / "matrix.html", out / "check.html")
-    print(card(checked), flush=True)
-    print(f"card: {out / 'check.md'}; runs to click through: {out / 'check.html'}", flush=True)
+    (out / "check.html").write_text(check_page(checked, "matrix.html" if (out / "matrix.html").exists() else ""),
+                                    encoding="utf-8")  # reads without JavaScript; the runs' grid is matrix.html
+    print(card(checked, shutil.get_terminal_size((WIDTH, 24)).columns), flush=True)
+    print(f"card: {out / 'check.md'} and {out / 'check.html'}; runs to click through: {out / 'matrix.html'}", flush=True)
     return {"safe": EXIT_SAFE, "unsafe": EXIT_UNSAFE}.get(checked["verdict"], EXIT_HARNESS)
 
 

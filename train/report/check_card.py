@@ -3,6 +3,7 @@ for a race the fixes that hold it), then one line: safe or unsafe, and the chang
 Pure functions over the runs' summaries, the check's plan (train/launch/check.py) and the measured matrix
 (train/report/measured.py); check.json, check.md and the console's card are all made from `result`.
 """
+import textwrap
 from collections import Counter
 
 from train.report import rates
@@ -91,7 +92,7 @@ def row_result(row: dict) -> str:
     return f"{row['verdict']}: race {rates.share(row['races'], row['counted'])}"
 
 
-def _what(result_: dict) -> str:
+def what_was_checked(result_: dict) -> str:
     cls = result_.get("class")
     return f"framework={result_['framework']} fix={result_['fix']}" + (f" ({cls})" if cls else "")
 
@@ -131,27 +132,43 @@ def last_line(result_: dict) -> str:
     return line + f"; no fix measured for {result_['framework']} holds all {len(rows)}"
 
 
-def card(result_: dict) -> str:
-    """The console's card: a header, one line per scenario, a line per race with the fixes that hold it, what
-    was left out, and the last line."""
-    header = (f"race-lab check: {_what(result_)}, {result_['repeats']} run(s) of each scenario, "
+WIDTH = 120  # the card's columns where the terminal's are not known (a CI log, a pipe)
+
+
+def fitted(text: str, width: int) -> str:
+    """text in at most `width` characters: cut, with an ellipsis, where it is longer."""
+    return text if len(text) <= width else text[:max(width - 1, 0)].rstrip() + "…"
+
+
+def gist(explanation: str) -> str:
+    """A run's sentence, its first clause: what happened, not every detail (check.md keeps the whole)."""
+    return explanation.split("; ")[0].split(". The trap")[0]
+
+
+def card(result_: dict, width: int = WIDTH) -> str:
+    """The console's card, each line within `width`: a header, a row per scenario (its result and the gist of what
+    happened), for a race the fixes that hold it, the left-out scenarios in one line, then the answer. The whole
+    sentences and the reasons are in check.md, check.json and check.html."""
+    header = (f"race-lab check: {what_was_checked(result_)}, {result_['repeats']} run(s) of each scenario, "
               f"{result_['world_size']} ranks")
-    lines = [header]
-    width = max((len(r["name"]) for r in result_["scenarios"]), default=8)
+    lines = [fitted(header, width)]
+    name_w = max((len(r["name"]) for r in result_["scenarios"]), default=8)
     for r in result_["scenarios"]:
-        lines.append(f"  {r['name']:<{width}}  {r['workload']:<9}  {row_result(r):<30}  {r['explanation']}")
+        row = f"  {r['name']:<{name_w}}  {r['workload']:<9}  {row_result(r):<26}  "
+        lines.append(row + fitted(gist(r["explanation"]), width - len(row)))
         if r["verdict"] == "raced":
             held_by = ", ".join(r["holds_with"]) or "none measured"
-            lines.append(f"  {'':<{width}}  {'':<9}  holds with: {held_by}")
-    for left in result_["left_out"]:
-        lines.append(f"  left out: {left['name']} ({left['why']})")
-    lines.append(last_line(result_))
+            lines.append(fitted(f"  {'':<{name_w}}  {'':<9}  holds with: {held_by}", width))
+    left = [left["name"] for left in result_["left_out"]]
+    if left:
+        lines.append(fitted(f"  left out {len(left)} (why: check.md): {', '.join(left)}", width))
+    lines.append(textwrap.fill(last_line(result_), width, subsequent_indent="  ", break_on_hyphens=False))
     return "\n".join(lines)
 
 
 def markdown(result_: dict) -> str:
     """check.md: the card as a table."""
-    out = [f"# race-lab check: {_what(result_)}", "",
+    out = [f"# race-lab check: {what_was_checked(result_)}", "",
            f"{result_['repeats']} run(s) of each scenario, {result_['world_size']} ranks; setup: "
            + ", ".join(f"{k}={v}" for k, v in result_["setup"].items()), "",
            "| scenario | workload | result | what happened | holds with |", "| --- | --- | --- | --- | --- |"]
