@@ -221,3 +221,44 @@ def test_a_step_this_run_saved_or_a_shard_it_wrote_is_not_another_runs():
     assert never_written(run(*reached)) == {}
     ours = [*saved(1.0, 10, STEP10)] + resumed(5.0, 0, 1, 40, {0: "a10", 1: "zz"})
     assert never_written(run(*ours)) == {}
+
+
+def older_tag_then_own(older_step=10):
+    """A resume whose attempts read different runs' shards: attempt 0 resumes both ranks from global_step10, a tag
+    an older run left, saves step 20 and dies; attempt 1 resumes both from this run's step 20 and finishes."""
+    events = []
+    for r in (0, 1):
+        events += [e for e in resumed(0.5, r, 0, older_step, {0: "old0", 1: "old1"},
+                                      path=f"m/global_step{older_step}") if e[3] != "final"]
+    events += saved(2.0, 20, {0: "a20", 1: "b20"})
+    for r in (0, 1):
+        events += resumed(5.0, r, 1, 20, {0: "a20", 1: "b20"}, path="m/global_step20")
+    return events
+
+
+def test_an_attempt_that_read_an_older_runs_tag_is_named_though_a_later_attempt_read_this_runs_own():
+    """Attempt 0's reads alone decide attempt 0: attempt 1's shards, written by this run, do not vouch for them."""
+    why = ("attempt 0: it resumed from global_step10 (step 10), a checkpoint this run never wrote: no save of this "
+           "run reached step 10 and none of the 2 shards it read holds a write of this run (a tag an older run left)")
+    assert never_written(run(*older_tag_then_own())) == {0: why, 1: why}
+    v = judge(run(*older_tag_then_own()), 2).as_dict()
+    assert v["verdict"] == "race", v["explanation"]
+    assert [r["outcome"] for r in v["ranks"]] == ["stale", "stale"]
+    assert v["resume"]["never_written"] == {"0": why, "1": why}
+
+
+def test_only_the_attempt_that_read_an_older_runs_shards_is_named_and_the_last_such_attempt_is_said():
+    """Attempt 0 started fresh and saved step 20; attempt 1 read an older run's global_step10 on rank 1 alone:
+    rank 1 is named for attempt 1, rank 0 (this run's step 20 in attempt 1) is not. When both attempts read older
+    runs' tags, the later attempt's is the one said."""
+    events = resumed(0.5, 0, 0, None, {}) + resumed(0.5, 1, 0, None, {})
+    events = [e for e in events if e[3] != "final"] + saved(2.0, 20, {0: "a20", 1: "b20"})
+    events += resumed(5.0, 0, 1, 20, {0: "a20", 1: "b20"}, path="m/global_step20")
+    events += resumed(5.0, 1, 1, 10, {0: "old0", 1: "old1"}, path="m/global_step10")
+    assert list(never_written(run(*events))) == [1]
+    assert never_written(run(*events))[1].startswith("attempt 1: it resumed from global_step10 (step 10)")
+    twice = [e for e in older_tag_then_own(older_step=5) if e[2] == 0]
+    for r in (0, 1):
+        twice += resumed(5.0, r, 1, 10, {0: "old0", 1: "old1"}, path="m/global_step10")
+    assert {r: why[:50] for r, why in never_written(run(*twice)).items()} == \
+        {r: "attempt 1: it resumed from global_step10 (step 10)" for r in (0, 1)}
