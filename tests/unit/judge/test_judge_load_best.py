@@ -740,3 +740,18 @@ def test_the_outcome_and_verdict_names_are_the_documented_ones():
                                                            "ranks": []}
 
 
+
+
+def test_a_rank_that_holds_a_skipped_peers_weights_no_file_holds_took_them_and_loaded_nothing():
+    """The Trainer's copied rank0_leads (load_done from_disk=false): rank 0 decided not to load (its skip) and sent
+    its own weights; rank 1 holds them, which no save wrote: skipped, with what its code said. Weights held from a
+    file on its own disk (from_disk true, or not said) that no save wrote stay stale."""
+    took = [*launch(), *saver(), ev(12.4, 0, "skip", reason="the save failed"), ev(12.45, 0, "final", digest="w-own"),
+            ev(12.5, 1, "load_done", digest="w-own", from_disk=False, said="rank 0 did not load"),
+            ev(12.6, 1, "final", digest="w-own")]
+    took = [e for e in took if not (e["rank"] == 0 and e["event"] in ("load_attempt", "load_done", "final")
+                                    and e["t"] < T0 + 12.4)]
+    assert detail(1, took) == ("skipped", "it holds rank 0's weights, which no checkpoint holds (it said: rank 0 did "
+                                          "not load)")
+    from_a_file = [{**e, "from_disk": True} if e["event"] == "load_done" else e for e in took]
+    assert detail(1, from_a_file) == ("stale", "loaded a file this run never wrote")

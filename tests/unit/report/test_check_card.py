@@ -4,6 +4,8 @@ and the two rules for a scenario with no way to run, kept apart (docs/check.md):
   - a class of yours (fix=own): the scenario is `not checked`, neither held nor raced; the check is safe on the rest
     unless check.strict=true.
 Issue 43: the first rule, alone among held rows, was in no test."""
+import textwrap
+
 from train.report.check_card import card, fix_docs, last_line, not_checkable, result, row_result
 
 MEASURED = {"seed": {"as_shipped": (5, 0, 0), "rank0_leads": (5, 0, 0), "broadcast": (5, 0, 0)},
@@ -133,12 +135,12 @@ def test_the_card_has_a_header_a_line_per_scenario_what_was_left_out_and_the_las
                      held_but("torn"), MEASURED)
     assert card(checked).splitlines() == [
         "race-lab check: framework=lightning fix=broadcast, 2 run(s) of each scenario, 2 ranks",
-        "  seed        load_best  held: race 0/2 (0–66%)          every rank loaded",
-        "  save_fails  load_best  held: race 0/2 (0–66%)          ",
-        "  torn        load_best  n/a: counts as raced            not held: n/a for this fix (no torn file)",
+        "  seed        load_best  held: race 0/2 (0–66%)      every rank loaded",
+        "  save_fails  load_best  held: race 0/2 (0–66%)      ",
+        "  torn        load_best  n/a: counts as raced        not held: n/a for this fix (no torn file)",
         "                         holds with: rank0_leads, atomic",
-        "  left out: many_writers (never)",
-        last_line(checked)]
+        "  left out 1 (why: check.md): many_writers",
+        *textwrap.wrap(last_line(checked), 120, subsequent_indent="  ", break_on_hyphens=False)]
     mine = result(plan("own"), HELD, MEASURED)
     assert card(mine).splitlines()[0] == ("race-lab check: framework=lightning fix=own (mine.Keeper), 2 run(s) of "
                                           "each scenario, 2 ranks")
