@@ -1,7 +1,8 @@
 """The event vocabulary is declared once (train/events.py's EVENTS): a log refuses any other name, so every real-rank
 test proves that what adapters, fixes, faults and the launcher record is declared; and every event declared as
-judged is one the judge's code reads (its compiled constants, read through the import system's loader)."""
+judged is one the judge's code reads (its compiled constants, compiled from each module's file)."""
 import importlib
+import importlib.machinery
 import importlib.util
 import pkgutil
 import types
@@ -22,7 +23,8 @@ def constants(code: types.CodeType) -> set:
 def judges_strings() -> set:
     found = set()
     for module in pkgutil.iter_modules(train.judge.__path__, "train.judge."):
-        found |= constants(importlib.util.find_spec(module.name).loader.get_code(module.name))
+        origin = importlib.util.find_spec(module.name).origin  # compiled from its file, whoever's loader found it
+        found |= constants(importlib.machinery.SourceFileLoader(module.name, origin).get_code(module.name))
     return found
 
 
