@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-EXIT_SAFE, EXIT_UNSAFE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_SAFE, EXIT_UNSAFE, EXIT_INTERRUPTED = 0, 1, 130  # race-lab check's (2: refused, 3: no verdict)
 
 
 @dataclass(frozen=True)
