@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, tagged_env
 from train.config import ConfigError
 from train.launch.check import plan_check
-from train.report.check_card import card, last_line, markdown, result
+from train.report.check_card import card, last_line, result
 from train.report.measured import (
     advice,
     holds_with,
@@ -73,20 +73,6 @@ def test_a_race_in_any_scenario_or_an_na_cell_makes_the_check_unsafe_and_names_t
     assert last_line(checked) == ("unsafe: raced in 2 of 3 (save_fails, torn); the change that holds all 3: "
                                   "fix=rank0_leads (docs/fixes/lightning.md)")
     assert "  left out 1 (why: check.md): many_writers" in card(checked)
-
-
-def test_the_card_fits_a_screen_and_check_md_keeps_every_sentence():
-    """A row per scenario with the gist of what happened, each line within the terminal's width; the whole sentence
-    and the left-out reasons in check.md."""
-    long = "race: rank 1 tried to load (FileNotFoundError) " + "x" * 300 + "; rank 0 timed out after 30 s"
-    checked = result(PLAN, {"seed": [summary("race", long)] * 2, "save_fails": [summary("save_failed")] * 2},
-                     MEASURED)
-    lines = card(checked, 80).splitlines()
-    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
-    assert any(line.startswith("  seed ") and "race: rank 1 tried" in line and line.endswith("…") for line in lines)
-    assert "rank 0 timed out" not in card(checked, 80) and long in markdown(checked)
-    assert "- many_writers: cannot happen" in markdown(checked)
-    assert " ".join(line.strip() for line in lines[-2:]).startswith("unsafe: raced in 2 of 3 (seed, torn)")
 
 
 def test_a_check_that_held_every_scenario_is_safe_and_a_failed_harness_is_no_race():

@@ -6,7 +6,7 @@ and the two rules for a scenario with no way to run, kept apart (docs/check.md):
 Issue 43: the first rule, alone among held rows, was in no test."""
 import textwrap
 
-from train.report.check_card import card, fix_docs, last_line, not_checkable, result, row_result
+from train.report.check_card import card, fitted, fix_docs, gist, last_line, markdown, not_checkable, result, row_result
 
 MEASURED = {"seed": {"as_shipped": (5, 0, 0), "rank0_leads": (5, 0, 0), "broadcast": (5, 0, 0)},
             "save_fails": {"rank0_leads": (5, 0, 0), "broadcast": (5, 5, 0)},
@@ -153,3 +153,66 @@ def test_the_card_sends_the_reader_to_the_page_of_the_fix_it_names():
     assert fix_docs("lightning", None) is None and fix_docs("lightning", None, "async") is None
     async_plan = plan(setup={"saves": "async"})
     assert result(async_plan, {**HELD, "torn": [summary("race")]}, MEASURED)["fix_docs"] == "docs/async.md"
+
+
+def test_a_line_is_cut_to_the_width_with_an_ellipsis_and_a_sentence_to_its_first_clause():
+    assert fitted("abcdef", 6) == "abcdef" and fitted("abcdef", 5) == "abcd…" and fitted("ab  cdef", 4) == "ab…"
+    assert fitted("abc", 0) == "…"
+    assert gist("race: rank 1 missing; rank 0 timed out") == "race: rank 1 missing"
+    assert gist("clean: every rank loaded it. The trap it avoided: a stall") == "clean: every rank loaded it"
+    assert gist("clean: the file. Then; more") == "clean: the file. Then"
+
+
+def test_the_card_fits_a_screen_and_check_md_keeps_every_sentence():
+    """A row per scenario with the gist of what happened, each line within the width; the whole sentence and the
+    left-out reasons in check.md."""
+    long = "race: rank 1 tried to load (FileNotFoundError) " + "x" * 300 + "; rank 0 timed out after 30 s"
+    checked = result(plan(left_out=[{"name": "many_writers", "why": "cannot happen"},
+                                    {"name": "cleanup", "why": "no restarts"}]),
+                     {**HELD, "seed": [summary("race", long)] * 2}, MEASURED)
+    lines = card(checked, 80).splitlines()
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    assert lines[1] == fitted("  seed        load_best  raced: race 2/2 (34–100%)   " + long.split("; ")[0], 80)
+    assert lines[1].endswith("…") and len(lines[1]) == 80
+    assert lines[2] == "                         holds with: rank0_leads, as_shipped, broadcast"
+    assert "  left out 2 (why: check.md): many_writers, cleanup" in lines
+    assert "rank 0 timed out" not in card(checked, 80) and long in markdown(checked)
+    assert "- many_writers: cannot happen" in markdown(checked)
+    assert lines[-2:] == textwrap.wrap(last_line(checked), 80, subsequent_indent="  ", break_on_hyphens=False)
+    assert card(checked).splitlines()[0] == card(checked, 120).splitlines()[0]  # 120 where the width is not known
+
+
+def test_a_row_shows_its_raced_runs_sentence_though_most_runs_held_and_a_run_without_one_shows_none():
+    checked = result(plan(), {**HELD, "seed": [summary("race", "rank 1 missing"), summary("clean", "fine"),
+                                               summary("clean", "fine")],
+                              "torn": [{"verdict": "clean"}] * 2}, MEASURED)
+    rows = {r["name"]: r for r in checked["scenarios"]}
+    assert rows["seed"]["explanation"] == "rank 1 missing" and rows["torn"]["explanation"] == ""
+
+
+def test_strict_fails_a_check_only_on_rows_not_checked_and_a_not_checked_row_counts_no_run():
+    held = result(plan("own", strict=True), HELD, MEASURED)
+    assert held["verdict"] == "safe"  # every row checked and held: strict has nothing to fail
+    unchecked = result(plan("own", {"torn": "a fix of the load of the best", "save_fails": "no disk full here"},
+                            strict=False), held_but("torn"), MEASURED)
+    torn = next(r for r in unchecked["scenarios"] if r["name"] == "torn")
+    assert (torn["counted"], torn["races"], torn["not_counted"]) == (0, 0, 0)
+    assert last_line(unchecked) == ("safe on the 1 checked; 2 not checkable (save_fails, torn: no disk full here; a "
+                                    "fix of the load of the best; a shipped fix of this framework checks them; "
+                                    "check.strict=true fails the check on them)")
+
+
+def test_the_last_line_lists_every_race_and_every_failed_scenario():
+    raced = result(plan(), {**HELD, "seed": [summary("race", "x")] * 2, "torn": [summary("race", "y")] * 2}, MEASURED)
+    assert last_line(raced).startswith("unsafe: raced in 2 of 3 (seed, torn); ")
+    failed = result(plan(), {**HELD, "seed": [summary("error")] * 2, "torn": [summary("error")] * 2}, MEASURED)
+    assert last_line(failed).startswith("error: no verdict for seed, torn: the harness failed there")
+
+
+def test_a_card_with_no_scenario_run_and_an_answer_never_broken_at_a_hyphen():
+    nothing = result({**plan(), "scenarios": [], "left_out": [{"name": "seed", "why": "no"}]}, {}, MEASURED)
+    assert card(nothing).splitlines()[1:] == ["  left out 1 (why: check.md): seed", "safe: held all 0 scenarios"]
+    inhouse = result({**plan(), "framework": "our-in-house-trainer"}, {**HELD, "seed": [summary("race")] * 2}, {})
+    line = last_line(inhouse)
+    width = line.index("our-in-house-trainer") + 12  # the name cannot end the first line: it goes whole to the next
+    assert any("our-in-house-trainer" in part for part in card(inhouse, width).splitlines()[-2:])
