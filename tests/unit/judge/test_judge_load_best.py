@@ -755,3 +755,46 @@ def test_a_rank_that_holds_a_skipped_peers_weights_no_file_holds_took_them_and_l
                                           "not load)")
     from_a_file = [{**e, "from_disk": True} if e["event"] == "load_done" else e for e in took]
     assert detail(1, from_a_file) == ("stale", "loaded a file this run never wrote")
+
+
+def test_a_stall_with_no_recorded_end_is_said_as_planned():
+    """Rank 0's skew_start with no skew_end (its stall outlived what was recorded): the sentence says the planned
+    stall; nothing raises."""
+    events = launch("ok", ev(2, 0, "skew_start", seconds=3.0), *saver(), *loader(1, 12.01, digest="w-last"))
+    assert "rank 0 was 3.0 s late at its last save" in judge(events, 2).explanation
+
+
+def took_weights(**done):
+    """Rank 0 skipped its load and ended on its own weights; rank 1's load_done holds `done`'s digest."""
+    events = [*launch(), *[e for e in saver() if e["event"] in ("save_start", "save_end")],
+              ev(12.4, 0, "skip", reason="the save failed"), ev(12.45, 0, "final", digest="w-own"),
+              ev(12.5, 1, "load_done", **done), ev(12.6, 1, "final", digest=done["digest"])]
+    return sorted(events, key=lambda e: e["t"])
+
+
+def test_weights_taken_from_a_peer_are_said_only_when_that_peer_skipped_and_what_the_rank_said_only_if_it_said():
+    assert detail(1, took_weights(digest="w-own", from_disk=False)) == \
+        ("skipped", "it holds rank 0's weights, which no checkpoint holds")
+    no_match = took_weights(digest="w-other", from_disk=False)  # no peer ended on these: not taken, never written
+    assert detail(1, no_match) == ("stale", "loaded a file this run never wrote")
+    not_skipped = [e for e in took_weights(digest="w-own", from_disk=False) if e["event"] != "skip"]
+    assert detail(1, not_skipped) == ("stale", "loaded a file this run never wrote")
+
+
+def test_a_rank_knows_the_save_failed_from_its_skip_or_what_its_code_said_and_not_from_another_event():
+    from train.judge.vocabulary import says_save_failed
+
+    said = took_weights(digest="w-own", from_disk=False, said="rank 0's save failed: not loading")
+    assert says_save_failed(said, 1) and says_save_failed(said, 0)
+    quiet = took_weights(digest="w-own", from_disk=False)
+    assert not says_save_failed(quiet, 1)
+    silent_skip = [ev(1, 1, "skip"), ev(2, 1, "final", said="the save failed", digest="x")]  # no reason; not a load
+    assert not says_save_failed(silent_skip, 1)
+
+
+def test_a_framework_call_that_raised_before_any_load_is_judged_from_its_train_error():
+    events = launch("ok", *saver(), ev(12.5, 1, "train_error", what="trainer.validate", error_type="RuntimeError",
+                                      message="gloo timed out", timed_out=True), ev(12.6, 1, "final", digest="w-t"))
+    found = classify_rank(1, events)
+    assert (found.outcome, found.detail) != ("error", "ended without loading")
+    assert "trainer.validate" in found.detail
