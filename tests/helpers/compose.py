@@ -25,7 +25,11 @@ def _composed(overrides: tuple) -> dict:
 
 def base_cfg(*overrides, **changes):
     """The composed config (with these command-line overrides), then each dotted key set to its value."""
-    cfg = composed(*overrides)
+    return changed(composed(*overrides), changes)
+
+
+def changed(cfg: dict, changes: dict) -> dict:
+    """cfg with each dotted key of `changes` set to its value (in place), returned."""
     for dotted, value in changes.items():
         node = cfg
         *path, last = dotted.split(".")

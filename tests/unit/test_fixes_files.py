@@ -10,21 +10,11 @@ import torch
 import torch.distributed as dist
 
 from helpers.gloo import one_rank
+from helpers.recorded import Events
 from train.fixes import (CheckpointFailed, SyncFailed, agreed_tag, atomic_write, complete_when_durable, dcp_load,
                          dcp_save, fresh_folder, is_complete, manifest_tag, marker_of, publish_manifest_last,
                          rank0_decides, remove_checkpoint, remove_when_durable, rename_into_place, wait_for_file,
                          write_marker)
-
-
-class Events:
-    def __init__(self):
-        self.recorded = []
-
-    def record(self, event, **fields):
-        self.recorded.append({"event": event, **fields})
-
-    def syncs(self):
-        return [(e["event"], e["how"]) for e in self.recorded]
 
 
 def test_an_atomic_write_leaves_the_whole_file_or_what_was_there_and_no_temporary_file(tmp_path):

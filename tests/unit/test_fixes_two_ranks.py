@@ -3,16 +3,9 @@ point: rank 0's list is every rank's, and the tag agreed_tag returns is the newe
 when the ranks disagree on which tags they hold (no scenario of the matrix has them disagree)."""
 from helpers.gloo import on_two_ranks
 from train.fixes import agreed_tag
+from helpers.recorded import Events
 
 TAGS = ["global_step30", "global_step20", "global_step10"]  # newest first, as DeepSpeed's resume lists them
-
-
-class Events:
-    def __init__(self):
-        self.recorded = []
-
-    def record(self, event, **fields):
-        self.recorded.append({"event": event, **fields})
 
 
 def agreed_on_two_ranks(tmp_path, held, listed=(TAGS, ["global_step40"])):

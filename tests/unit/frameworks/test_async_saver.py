@@ -14,17 +14,7 @@ import torch.distributed.checkpoint as dcp
 from helpers.gloo import one_rank
 from train.frameworks.torch_loop import async_save
 from train.frameworks.torch_loop.async_save import AsyncSaver, outdated
-
-
-class Events:
-    def __init__(self):
-        self.recorded = []
-
-    def record(self, event, **fields):
-        self.recorded.append({"event": event, **fields})
-
-    def of(self, name):
-        return [e for e in self.recorded if e["event"] == name]
+from helpers.recorded import Events
 
 
 class NoFaults:
@@ -149,7 +139,6 @@ def test_the_save_goes_on_a_group_of_its_own_unless_the_scenario_shares_the_trai
         assert groups[0] is not None and groups[0] != dist.group.WORLD
     else:
         assert groups[0] is None
-
 
 
 def test_the_cleanup_keeps_the_newest_up_to_the_published_one_and_never_a_save_already_dispatched():

@@ -12,20 +12,10 @@ import torch
 from helpers.gloo import one_rank
 from train.frameworks.deepspeed import resume as ds_resume
 from train.frameworks.deepspeed.resume import DeepSpeedResume
+from helpers.recorded import Events
 
 RUN = "this-run"
 MODEL, SHARD = "mp_rank_00_model_states.pt", "zero_pp_rank_{}_mp_rank_00_optim_states.pt"
-
-
-class Events:
-    def __init__(self):
-        self.recorded = []
-
-    def record(self, event, **fields):
-        self.recorded.append({"event": event, **fields})
-
-    def of(self, name):
-        return [e for e in self.recorded if e["event"] == name]
 
 
 class Faults:

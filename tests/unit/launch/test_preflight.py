@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from helpers.compose import composed
+from helpers.compose import changed, composed
 from train.config import ConfigError
 from train.launch import preflight as pf
 from train.launch.plan import this_machine
@@ -19,13 +19,8 @@ def refused(check, *args) -> str:
 
 
 def with_(cfg, **dotted):
-    for key, value in dotted.items():
-        *parents, last = key.split("__")
-        node = cfg
-        for p in parents:
-            node = node[p]
-        node[last] = value
-    return cfg
+    """cfg with each key set, its parts joined by __ (skew__seconds: skew.seconds)."""
+    return changed(cfg, {key.replace("__", "."): value for key, value in dotted.items()})
 
 
 def test_a_stall_that_cannot_end_within_the_run_time_limit_is_refused_naming_the_key():
