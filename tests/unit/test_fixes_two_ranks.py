@@ -2,8 +2,8 @@
 point: rank 0's list is every rank's, and the tag agreed_tag returns is the newest that every rank holds whole, also
 when the ranks disagree on which tags they hold (no scenario of the matrix has them disagree)."""
 from helpers.gloo import on_two_ranks
-from train.fixes import agreed_tag
 from helpers.recorded import Events
+from train.fixes import agreed_tag
 
 TAGS = ["global_step30", "global_step20", "global_step10"]  # newest first, as DeepSpeed's resume lists them
 
