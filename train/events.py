@@ -35,6 +35,12 @@ SHOWN = frozenset({"train_end", "read_delay_start", "read_delay_end", "slow_writ
 EVENTS = JUDGED | SHOWN
 
 
+# One line at a time in this process, from any thread (the file observer's, an async save's) and any EventLog; a
+# rank that takes a stop signal keeps it to the end (EventLog.record_last), so nothing it did after is recorded.
+_WRITING = threading.Lock()
+GIVE_UP_WAITING_S = 5.0  # record_last waits no longer than this for a write in progress (a hung disk)
+
+
 def events_dir(run_dir) -> Path:
     return Path(run_dir) / "events"
 
@@ -69,18 +75,27 @@ class EventLog:
         path = events_dir(run_dir) / f"{name}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")
-        self._lock = threading.Lock()  # one line at a time: the file observer records from any thread
 
     def record(self, event: str, **fields) -> dict:
+        with _WRITING:
+            return self._write(event, fields)
+
+    def record_last(self, event: str, **fields) -> dict:
+        """Record this process's last event: no thread of it records anything after, so what a rank that took a
+        stop signal did after taking it is never in its log. The caller exits at once."""
+        if not _WRITING.acquire(timeout=GIVE_UP_WAITING_S):
+            return {}
+        return self._write(event, fields)
+
+    def _write(self, event: str, fields: dict) -> dict:
         if event not in EVENTS:
             raise ValueError(f"event {event!r} is not one of train/events.py's EVENTS")
-        entry = {"t": time.time(), "rank": self.rank, "event": event, **fields}
+        entry = {"t": time.time(), "rank": self.rank, "event": event, **fields}  # its time taken in the lock: in order
         if self.attempt is not None:
             entry["attempt"] = self.attempt
-        with self._lock:
-            self._file.write(json.dumps(entry) + "\n")
-            self._file.flush()
-            os.fsync(self._file.fileno())
+        self._file.write(json.dumps(entry) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
         return entry
 
     def close(self):

@@ -60,14 +60,25 @@ def interrupt(root: Path, args: list, *, after: float, whole_group: bool = True,
             proc.wait()
 
 
+WENT_ON = ("save_start", "save_end", "load_attempt", "load_done", "resume", "train_end", "final", "rank_end")
+
+
+def went_on_after_the_signal(events: list) -> list:
+    """(rank, event) for each save, load or end a rank recorded after it took the signal (its `interrupted`; a
+    rank torch elastic restarts goes on in the same file as the next attempt). Between the signal's sending and its
+    taking a rank may record: the kernel, a busy core and Python's GIL delay it by milliseconds, and in a check it
+    travels through the sweep, a worker and an agent."""
+    took_at = {(e["file"], e.get("attempt")): e["t"] for e in events if e["event"] == "interrupted"}
+    return [(e["rank"], e["event"]) for e in events if e["event"] in WENT_ON
+            and e["t"] > took_at.get((e["file"], e.get("attempt")), e["t"])]
+
+
 def assert_stopped_at_once(root: Path, rc, took, sent, out, ranks=2):
     assert rc == 130, out[-3000:]
     assert took < STOP_WITHIN_S, f"the run took {took:.1f} s to stop"
     events = events_below(root)
-    after = [(e["rank"], e["event"]) for e in events if e["t"] > sent and e["event"] in
-             ("save_start", "save_end", "load_attempt", "load_done", "train_end", "final")]
-    assert after == [], f"ranks went on after the signal: {after}"
     took_it = {e["rank"] for e in events if e["event"] == "interrupted"}
     assert took_it == set(range(ranks))  # every rank recorded the signal it stopped on
+    assert went_on_after_the_signal(events) == []
     assert not processes_tagged(str(root))
     assert "Traceback" not in out

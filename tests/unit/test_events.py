@@ -5,10 +5,12 @@ import importlib
 import importlib.machinery
 import importlib.util
 import pkgutil
+import threading
 import types
 
 import pytest
 
+import train.events
 import train.judge
 from train.events import EVENTS, JUDGED, SHOWN, EventLog, read_events
 
@@ -42,3 +44,20 @@ def test_a_log_refuses_an_event_that_is_not_declared_and_keeps_the_declared_ones
         log.record("save_started", epoch=0)
     assert [e["event"] for e in read_events(tmp_path)] == ["save_start"]
     assert "save_start" in EVENTS
+
+
+def test_after_a_process_records_its_last_event_no_thread_of_it_records_anything(tmp_path):
+    """A rank that takes a stop signal records `interrupted` last (train/rank/entry.py): its training thread,
+    mid-way to a load as the signal came, waits for the exit instead of recording the load."""
+    log = EventLog(tmp_path, 0)
+    log.record("load_attempt", path="best.pth")
+    log.record_last("interrupted", signal="SIGINT")
+    late = threading.Thread(target=log.record, args=("load_done",), daemon=True)
+    late.start()
+    late.join(0.5)
+    try:
+        assert late.is_alive()
+        assert [e["event"] for e in read_events(tmp_path)] == ["load_attempt", "interrupted"]
+    finally:
+        train.events._WRITING.release()  # this process goes on to other tests, where a rank would exit
+        late.join()

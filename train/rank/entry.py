@@ -39,8 +39,8 @@ def stop_at_once_on_signal(run_dir: str):
     """Ctrl-C (SIGINT to the process group) or the agent's SIGINT/SIGTERM ends this rank at once, wherever
     it is: in Python, a sleep, or a C++ barrier or store wait that a Python handler would not interrupt
     until it returned (up to timeout.collective_s). The signals are blocked in every thread and taken by
-    one thread of their own, which records `interrupted` and leaves without running anything else: no
-    save, load or training step follows. Call it first, before any other thread exists."""
+    one thread of their own, which records `interrupted` as the rank's last event (no thread records after it)
+    and leaves without running anything else: no save, load or training step follows. Call it first, before any other thread exists."""
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     for signum in STOP_SIGNALS:  # one inherited as ignored would be discarded, never reach sigwait
         signal.signal(signum, signal.SIG_DFL)
@@ -50,7 +50,7 @@ def stop_at_once_on_signal(run_dir: str):
         try:
             from train.events import EventLog
 
-            EventLog(run_dir, int(os.environ["RANK"])).record("interrupted", signal=signal.Signals(signum).name)
+            EventLog(run_dir, int(os.environ["RANK"])).record_last("interrupted", signal=signal.Signals(signum).name)
         finally:
             os._exit(128 + signum)
 
