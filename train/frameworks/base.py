@@ -9,7 +9,9 @@ What cannot happen is derived from the declarations (train/launch/plan.py's not_
 - a scenario needs a workload and capabilities (configs/scenario/*.yaml: `workload`, `needs`); a framework that
   lacks one says why in one line (`lacks`), and every scenario that needs it is n/a there with that line;
 - a fix is done by a framework exactly where `fixes` names it for the workload; where it does not, the cell is n/a,
-  with `no_fix`'s line where the framework has one to say.
+  with `no_fix`'s line where the framework has one to say;
+- a class of yours (fix=own) cannot be run where a scenario needs a capability in `own_lacks` (its faults sit in
+  the framework's code that your class replaces): n/a, which a check reports as not checked, with that line.
 """
 
 import importlib
@@ -50,12 +52,22 @@ class OwnBase:
     fix.kwargs: the names of its positional and keyword arguments, and what each is when the class is built before
     any rank starts (built_with: a value, FromConfig, FOLDER or STAND_IN). A class whose every given argument has
     one is built for real then, so a constructor that raises is refused in one line; the others are only bound to
-    the constructor's signature."""
+    the constructor's signature.
+    Where a framework has no class to subclass (a plain loop), `path` is None and `methods` says what the adapter
+    calls instead: each method's name and the arguments it passes (positional), to which its signature is bound.
+    Any class with those methods will do."""
 
-    path: str  # dotted: package.module.Class
+    path: Optional[str]  # dotted: package.module.Class; None: no base, any class with `methods`
     positional: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
     built_with: Mapping[str, Any] = field(default_factory=dict)
+    methods: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # name -> the arguments the adapter passes
+
+    def kind(self) -> str:
+        """How a class of this kind is named in a refusal: its base, or the methods it must have."""
+        if self.path:
+            return self.path
+        return "a class with " + " and ".join(f"{name}({', '.join(args)})" for name, args in self.methods.items())
 
 
 class Framework:
@@ -71,6 +83,7 @@ class Framework:
     provides: ClassVar[frozenset[str]] = frozenset()  # of CAPABILITIES
     lacks: ClassVar[Mapping[str, str]] = {}  # workload or capability it lacks -> its one-line why
     own_bases: ClassVar[tuple[OwnBase, ...]] = ()  # what a class of yours (fix=own) may subclass
+    own_lacks: ClassVar[Mapping[str, str]] = {}  # capability -> why a class of yours cannot be run where it is needed
     preload: ClassVar[tuple[str, ...]] = ()  # what the forkserver imports before the workloads' modules
     config: ClassVar[Mapping[str, Any]] = {}  # a framework with no configs/framework/ file: what its option sets
 
@@ -121,6 +134,7 @@ class Framework:
         found += [f"{cls.name}: unknown workload {w!r}" for w in [*cls.workloads, *cls.fixes] if w not in WORKLOADS]
         found += [f"{cls.name}: unknown capability {c!r}" for c in cls.provides if c not in CAPABILITIES]
         found += [f"{cls.name}: lacks {c!r} it provides" for c in cls.lacks if c in cls.provides or c in cls.workloads]
+        found += [f"{cls.name}: unknown capability {c!r} in own_lacks" for c in cls.own_lacks if c not in CAPABILITIES]
         found += [
             f"{cls.name}: {target!r} is not module:function" for target in cls.workloads.values() if ":" not in target
         ]

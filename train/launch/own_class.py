@@ -1,5 +1,6 @@
 """fix=own: a checkpoint class of your own (fix._target_=package.module.Class), checked before
-any rank starts. It must import, subclass one of the bases its framework's contract names (own_bases), and be
+any rank starts. It must import, subclass one of the bases its framework's contract names (own_bases), or, where
+the contract names no base (a plain loop), have the methods it names, each taking what the adapter passes; and be
 buildable with the arguments it will get: fix.kwargs, and what race-lab's adapter gives that base.
 
 The check runs in a short-lived Python process (own_class_probe.py): importing the class imports its framework,
@@ -24,7 +25,7 @@ def check_own_class(cfg: dict, timeout_s: float = 600):
     if not target:
         raise ConfigError("fix=own: give the class to test, fix._target_=package.module.Class "
                           "(importable: in the folder you run from, installed, or on PYTHONPATH)")
-    bases = {base.path: as_sent(base, cfg) for base in the_framework(cfg).own_bases}
+    bases = {base.kind(): as_sent(base, cfg) for base in the_framework(cfg).own_bases}
     try:
         done = subprocess.run([sys.executable, "-P", "-m", "train.launch.own_class_probe", target, json.dumps(kwargs),
                                json.dumps(bases)],
@@ -38,12 +39,13 @@ def check_own_class(cfg: dict, timeout_s: float = 600):
 
 def as_sent(base: OwnBase, cfg: dict) -> list:
     """What the probe is told of a base: [its positional names, its keyword names, how to build it: each given
-    argument's {"value": ...}, {"folder": true} or {"stand_in": true}, or None where one has none: bound only]."""
+    argument's {"value": ...}, {"folder": true} or {"stand_in": true}, or None where one has none: bound only;
+    its dotted path (None: no base), the methods a class of it must have: {name: the arguments passed}]."""
     given = [*base.positional, *base.keywords]
     built = None
     if all(name in base.built_with for name in given):
         built = {name: sent(base.built_with[name], cfg) for name in given}
-    return [list(base.positional), list(base.keywords), built]
+    return [list(base.positional), list(base.keywords), built, base.path, {k: list(v) for k, v in base.methods.items()}]
 
 
 def sent(how, cfg: dict) -> dict:

@@ -4,7 +4,8 @@ fix.kwargs alone, build) it with the arguments it will get. Exits with one line 
 
     python -P -m train.launch.own_class_probe TARGET KWARGS_JSON BASES_JSON
 
-BASES_JSON: {dotted base: [positional names, keyword names, how to build it or null]} (own_class.as_sent). It
+BASES_JSON: {a base's name: [positional names, keyword names, how to build it or null, its dotted path or null (no
+base: any class with the methods), {method: the arguments passed}]} (own_class.as_sent). It
 imports as a rank does (train/rank/entry.py): race-lab's own `train` first (-P keeps the folder run from off
 sys.path until then), then that folder."""
 
@@ -44,6 +45,21 @@ def resolve(dotted: str):
     return getattr(importlib.import_module(module), name)
 
 
+def lacking(found: type, methods: dict) -> str:
+    """'' when `found` has every method named, each taking the arguments listed; else the first that does not."""
+    for name, args in methods.items():
+        method = getattr(found, name, None)
+        if not callable(method):
+            return f"has no method {name}({', '.join(args)}), which the loop calls"
+        try:
+            inspect.signature(method).bind(None, *args)  # the instance, then what the loop passes
+        except TypeError as e:
+            return f"its {name} cannot be called as {name}({', '.join(args)}): {e}"
+        except ValueError:
+            pass  # no signature to read: the ranks will tell
+    return ""
+
+
 def probe(target: str, kwargs: dict, bases: dict) -> str:
     """'' when the class will do, else why not (one line)."""
     module, _, name = target.rpartition(".")
@@ -59,16 +75,25 @@ def probe(target: str, kwargs: dict, bases: dict) -> str:
         return "is a module, not a class"
     except Exception as e:
         return f"does not import ({first_line(e)})"
+    subclassed = [kind for kind in bases if bases[kind][3]]
+    shaped = [kind for kind in bases if not bases[kind][3]]  # no base: a class with these methods
+    kinds = " or ".join((["a subclass of " + " or ".join(subclassed)] if subclassed else []) + shaped)
     if not isinstance(found, type):
-        return f"is {type(found).__name__}, not a subclass of " + " or ".join(bases)
+        return f"is {type(found).__name__}, not {kinds}"
 
-    def loaded(base):  # its framework is imported by the class already: try that base first
-        return base.partition(".")[0] in sys.modules
+    def loaded(kind):  # its framework is imported by the class already: try that base first
+        return bool(bases[kind][3]) and bases[kind][3].partition(".")[0] in sys.modules
 
-    base = next((base for base in sorted(bases, key=loaded, reverse=True) if issubclass(found, resolve(base))), None)
+    def fits(kind):
+        path = bases[kind][3]
+        return issubclass(found, resolve(path)) if path else not lacking(found, bases[kind][4])
+
+    base = next((kind for kind in sorted(bases, key=loaded, reverse=True) if fits(kind)), None)
     if base is None:
-        return "is a class of another kind, not a subclass of " + " or ".join(bases)
-    positional, keywords, built = bases[base]
+        if len(bases) == 1 and shaped:  # no base to subclass: say which method it lacks, or which does not fit
+            return lacking(found, bases[shaped[0]][4])
+        return f"is a class of another kind, not {kinds}"
+    positional, keywords, built = bases[base][:3]
     try:
         inspect.signature(found).bind(*positional, **dict.fromkeys(keywords), **kwargs)
     except TypeError as e:

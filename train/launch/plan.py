@@ -119,7 +119,8 @@ SCENARIO_GIVES = {
 def not_applicable(cfg: dict):
     """Why this scenario x fix x framework makes no sense (its cell is n/a, not run), or None. In this order:
     the scenario's own not_for line for the fix (`resume/atomic`: for one workload), where no rule derives it;
-    the scenario needs a workload or capability the framework lacks (the framework's one-line why); the fix is
+    the scenario needs a workload or capability the framework lacks (the framework's one-line why), or, for a
+    class of yours, one its contract's own_lacks names; the fix is
     not for the run's workload; the fix needs what the scenario does not do (SCENARIO_GIVES); the framework has
     no way to do the fix (its contract's fixes, and its why where it has one)."""
     fix, workload, not_for = cfg["fix"]["name"], cfg["workload"], cfg["not_for"]
@@ -130,6 +131,9 @@ def not_applicable(cfg: dict):
     cannot = framework_cannot(cfg)
     if cannot:
         return cannot
+    unrun = [need for need in cfg.get("needs", []) if fix == "own" and need in framework.own_lacks]
+    if unrun:
+        return f"needs {unrun[0]}; a class of yours cannot run it in {framework.name}: {framework.own_lacks[unrun[0]]}"
     if workload not in cfg["fix"]["workloads"]:
         words = [WORKLOAD_WORDS.get(w, f"workload={w}") for w in cfg["fix"]["workloads"]] or ["no workload"]
         return f"a fix of {' and '.join(words)}; this run's is {WORKLOAD_WORDS.get(workload, f'workload={workload}')}"

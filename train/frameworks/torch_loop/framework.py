@@ -1,7 +1,7 @@
 """The plain torch loop's contract (train/frameworks/base.py): a DDP loop that saves every epoch and resumes from
 the newest at every attempt (resume.py), with dcp.async_save where a scenario saves async (async_save.py)."""
 
-from train.frameworks.base import Framework
+from train.frameworks.base import FOLDER, Framework, OwnBase
 
 
 class TorchLoop(Framework):
@@ -23,8 +23,24 @@ class TorchLoop(Framework):
                 "own_group",
                 "fresh_rename",
                 "durable",
+                "own",
             }
         )
+    }
+    # fix=own: a plain loop has no base class; a class of yours is what loop writers write (docs/fixes/torch_loop.md's
+    # Rank0Checkpoints): built with the checkpoint folder and fix.kwargs, save(epoch, state) on every rank after
+    # each epoch, resume() on every rank at each attempt's start, returning the state saved or None (own.py)
+    own_bases = (
+        OwnBase(
+            None,
+            positional=("folder",),
+            built_with={"folder": FOLDER},
+            methods={"save": ("epoch", "state"), "resume": ()},
+        ),
+    )
+    own_lacks = {
+        "dcp_async_save": "its async scenarios' faults sit in the loop's own dcp.async_save (async_save.py), which "
+        "a class of yours replaces"
     }
     no_fix = {"as_shipped": "there is no framework to ship one: the loop as written is fix=in_place"}
     provides = frozenset({"pointer", "listing", "dcp_async_save"})

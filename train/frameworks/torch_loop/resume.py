@@ -21,6 +21,7 @@ The fixes (fix.name), each one difference from the naive loop, each from train/f
   rank0_rotates  the rotation by rank 0 alone, after a barrier (fixes.rotate_on_rank0)
   rank0_leads    all of it in the helper users copy (rank0_leads.py; observed.py observes it): rank 0 writes whole
                  files and a marker last, picks and reads the newest complete one and broadcasts it, rotates alone
+  own            a class of yours (fix._target_) saves, rotates and resumes; own.py places the faults at what it does
 The model is wrapped in DDP before the resume and the checkpoint is read into its module, as Accelerate's
 load_state after prepare: read before wrapping, DDP's constructor would copy rank 0's weights to every rank and
 hide a rank that read another file (not its step, which the loop keeps on its own).
@@ -48,6 +49,7 @@ from train.fixes import (SyncFailed, atomic_write, dcp_load, dcp_save, is_comple
                          rotate_on_rank0, watched, write_marker)
 from train.frameworks.torch_loop.async_save import ASYNC_FIX_NAMES, AsyncSaver
 from train.frameworks.torch_loop.observed import ObservedRank0Checkpoints
+from train.frameworks.torch_loop.own import OwnCheckpoints
 from train.toolkit.rank import Rank, checkpoint_dir, say
 from train.toolkit.resume import start_attempt, write_in_place
 from train.toolkit.model import digits_split, small_cnn
@@ -64,6 +66,7 @@ class Way:
     rank0_picks: bool = False  # rank 0 picks the checkpoint, every rank takes it
     rank0_rotates: bool = False  # the rotation by rank 0 alone, after a barrier
     leads: bool = False  # the helper users copy saves, rotates and resumes (rank0_leads.py, observed)
+    own: bool = False  # a class of yours saves and resumes (fix=own, fix._target_; own.py places the faults)
 
 
 # the dispatch: fix.name -> how the loop does it (framework.py names these fixes, and why it lacks others)
@@ -75,6 +78,7 @@ BY_FIX = {
     "agreed": Way(rank0_picks=True),
     "rank0_rotates": Way(rank0_rotates=True),
     "rank0_leads": Way(leads=True),
+    "own": Way(own=True),
 }
 # the async save's fixes: only where a scenario saves async (their configs' needs: [async_save]); async_save.py
 # does them, from train/fixes.py
@@ -111,6 +115,7 @@ class ResumeLoop:
         self.me = dist.get_rank()
         self.leads = ObservedRank0Checkpoints(self.folder, self.keep, self.use_pointer, self.events,
                                               self.faults) if self.way.leads else None
+        self.own = OwnCheckpoints(cfg, self.folder, self.events, self.faults) if self.way.own else None
         self.saver = None  # AsyncSaver with checkpoint.async_save, made once the group exists (run)
         self.dcp = self.way.dcp or cfg["checkpoint"]["async_save"]  # async saves are dcp's
 
@@ -224,6 +229,8 @@ class ResumeLoop:
         raised: the rank dies, and torch elastic restarts the group (a crash loop if it is read again)."""
         if self.leads:
             return self.resume_led()
+        if self.own:
+            return self.resume_own()
         path, listed = self.choose()
         if path is None:
             self.events.record("resume", epoch=-1, step=0, path=None, digest=self.digest(), listing=listed)
@@ -262,6 +269,20 @@ class ResumeLoop:
         say(f"Resumed from rank 0's {Path(path).name} (epoch {epoch}, step {step}).")
         return epoch + 1
 
+    def resume_own(self) -> int:
+        """fix=own: the state your class's resume() returned on this rank (None: a fresh start), and the file this
+        rank's code read for it (None: it read none, a peer sent it)."""
+        state, path = self.own.resume()
+        if state is None:
+            self.events.record("resume", epoch=-1, step=0, path=None, digest=self.digest(), listing=[])
+            return 0
+        self.model.module.load_state_dict(state["model"])
+        epoch, step = state["epoch"], state["step"]
+        self.events.record("resume", epoch=epoch, step=step, path=path, digest=self.digest(), listing=[])
+        say(f"Resumed with your class's state (epoch {epoch}, step {step}" + (f", read from {Path(path).name})."
+                                                                            if path else ")."))
+        return epoch + 1
+
     # --- the save ---
     def save(self, epoch: int):
         """Rank 0 writes epoch<k> (with dcp every rank writes its part), then a barrier."""
@@ -270,6 +291,9 @@ class ResumeLoop:
         weights = self.model.module.state_dict()
         if self.leads:  # rank 0 writes (the marker last), a barrier, rank 0 rotates: the helper's own save
             self.leads.save(epoch, {"model": weights, "epoch": epoch, "step": step})
+            return
+        if self.own:  # your class's save, every rank, whatever sync it does (own.py)
+            self.own.save(epoch, step, weights)
             return
         if self.saver:
             self.saver.save(epoch, step, weights)  # dispatched; durable later (async_save.py)
@@ -311,7 +335,7 @@ class ResumeLoop:
     def rotate(self):
         """checkpoint.keep_last: delete all but the newest. The naive loop: every rank deletes them
         (transformers#20988); rank0_rotates: rank 0 alone, after a barrier."""
-        if not self.keep or self.leads or self.saver:  # the helper, the async saver rotate in their save
+        if not self.keep or self.leads or self.own or self.saver:  # the helper, your class, the async saver rotate in their save
             return
         old = self.checkpoints()[:-self.keep]
         if self.way.rank0_rotates:
