@@ -263,7 +263,7 @@ class OwnCheckpoints:
                     self.read[path] = os.path.getsize(path) if os.path.exists(path) else 0
             elif event in ("os.remove", "shutil.rmtree") and under(self.folder, args[0]):
                 self.removing = os.path.abspath(os.fsdecode(args[0]))
-                if self.fault["delete_race"]:
+                if self.fault["delete_race"] and os.path.lexists(self.removing):  # a file not there races with none
                     self.before_delete(self.removing)
         except Exception:  # noqa: BLE001 (the loop's watch never breaks what it watches)
             pass
