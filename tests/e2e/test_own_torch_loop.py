@@ -109,7 +109,7 @@ def test_the_loop_helper_users_copy_gets_rank0_leads_verdicts(tmp_path):
     got = {key.split("/")[1]: s["verdict"] for key, s in copy.items()}
     assert got == {key.split("/")[1]: s["verdict"] for key, s in built_in.items()}
     assert got == dict.fromkeys(SCENARIOS.split(","), "clean"), {k: s["explanation"] for k, s in copy.items()}
-    restarted = {key.split("/")[1]: s["record"]["restarts"] for key, s in copy.items()}
+    restarted = {key.split("/")[1]: s["resume"]["restarts"] for key, s in copy.items()}
     assert restarted["crash_mid_save"] == restarted["pointer_first"] == restarted["resume_disagree"] == 1  # killed
 
 

@@ -55,6 +55,7 @@ def test_a_sound_contract_has_no_problems_and_derives_its_lines():
         ({"lacks": {"load_guard": "why"}}, "sound: lacks 'load_guard' it provides"),
         ({"workloads": {"load_best": "module.function"}}, "sound: 'module.function' is not module:function"),
         ({"as_shipped_fix": "atomic"}, "sound: its as_shipped_fix 'atomic' is in none of its fixes"),
+        ({"own_lacks": {"teleport": "why"}}, "sound: unknown capability 'teleport' in own_lacks"),
     ],
 )
 def test_a_broken_declaration_is_named(changes, problem):

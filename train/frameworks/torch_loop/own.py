@@ -21,6 +21,7 @@ rotate_error, and a resume that raised as load_error; the judge reads them as it
 import builtins
 import io
 import os
+import signal
 import sys
 import threading
 import time
@@ -177,7 +178,7 @@ class OwnCheckpoints:
         """The kill the scenario placed in the save found no place there: rank 0 dies once the save returned."""
         self.events.record("crash", at=at, epoch=epoch, path=str(path))
         say(f"Killed with SIGKILL after epoch {epoch}'s save: {why} (fault.kill_epoch).")
-        os.kill(os.getpid(), 9)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     @contextmanager
     def cut_writes(self, epoch: int):
