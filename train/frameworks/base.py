@@ -50,12 +50,16 @@ class OwnBase:
     fix.kwargs: the names of its positional and keyword arguments, and what each is when the class is built before
     any rank starts (built_with: a value, FromConfig, FOLDER or STAND_IN). A class whose every given argument has
     one is built for real then, so a constructor that raises is refused in one line; the others are only bound to
-    the constructor's signature."""
+    the constructor's signature.
+
+    With `interface`, the class need not subclass `path`: it must have these methods, as `path`'s class has them
+    (a file you copied from race-lab holds another class object, which a subclass check would refuse)."""
 
     path: str  # dotted: package.module.Class
     positional: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
     built_with: Mapping[str, Any] = field(default_factory=dict)
+    interface: tuple[str, ...] = ()  # the methods a class of yours must have, where any class with them will do
 
 
 class Framework:

@@ -1,6 +1,7 @@
 """fix=own: a checkpoint class of your own (fix._target_=package.module.Class), checked before
-any rank starts. It must import, subclass one of the bases its framework's contract names (own_bases), and be
-buildable with the arguments it will get: fix.kwargs, and what race-lab's adapter gives that base.
+any rank starts. It must import, subclass one of the bases its framework's contract names (own_bases) or have the
+methods of one that declares an interface, and be buildable with the arguments it will get: fix.kwargs, and what
+race-lab's adapter gives that base.
 
 The check runs in a short-lived Python process (own_class_probe.py): importing the class imports its framework,
 which the launcher never does. It imports as a rank does (train/rank/entry.py): race-lab's own `train` first, then
@@ -18,8 +19,8 @@ from train.launch.plan import the_framework
 
 
 def check_own_class(cfg: dict, timeout_s: float = 600):
-    """Raise ConfigError unless fix._target_ names a subclass of one of the framework's own_bases that can be
-    built with fix.kwargs."""
+    """Raise ConfigError unless fix._target_ names a subclass of one of the framework's own_bases (or a class with
+    its interface's methods) that can be built with fix.kwargs."""
     target, kwargs = cfg["fix"]["_target_"], cfg["fix"]["kwargs"]
     if not target:
         raise ConfigError("fix=own: give the class to test, fix._target_=package.module.Class "
@@ -38,12 +39,13 @@ def check_own_class(cfg: dict, timeout_s: float = 600):
 
 def as_sent(base: OwnBase, cfg: dict) -> list:
     """What the probe is told of a base: [its positional names, its keyword names, how to build it: each given
-    argument's {"value": ...}, {"folder": true} or {"stand_in": true}, or None where one has none: bound only]."""
+    argument's {"value": ...}, {"folder": true} or {"stand_in": true}, or None where one has none: bound only; the
+    methods of its interface (empty: a subclass of it)]."""
     given = [*base.positional, *base.keywords]
     built = None
     if all(name in base.built_with for name in given):
         built = {name: sent(base.built_with[name], cfg) for name in given}
-    return [list(base.positional), list(base.keywords), built]
+    return [list(base.positional), list(base.keywords), built, list(base.interface)]
 
 
 def sent(how, cfg: dict) -> dict:

@@ -1,10 +1,11 @@
 """The class check's other process (own_class.py runs it with `python -P -m`): import the class of yours that
-fix._target_ names, find which of the framework's bases it subclasses, and bind (or, for a base that gets
+fix._target_ names, find which of the framework's bases it subclasses (or whose interface's methods it has), and bind (or, for a base that gets
 fix.kwargs alone, build) it with the arguments it will get. Exits with one line on stderr when it cannot.
 
     python -P -m train.launch.own_class_probe TARGET KWARGS_JSON BASES_JSON
 
-BASES_JSON: {dotted base: [positional names, keyword names, how to build it or null]} (own_class.as_sent). It
+BASES_JSON: {dotted base: [positional names, keyword names, how to build it or null, interface methods]}
+(own_class.as_sent). It
 imports as a rank does (train/rank/entry.py): race-lab's own `train` first (-P keeps the folder run from off
 sys.path until then), then that folder."""
 
@@ -44,6 +45,25 @@ def resolve(dotted: str):
     return getattr(importlib.import_module(module), name)
 
 
+def lacking(found: type, interface: list) -> list:
+    """The methods of `interface` that the class has not."""
+    return [name for name in interface if not callable(getattr(found, name, None))]
+
+
+def kinds(bases: dict, found=None) -> str:
+    """What the class may be: a subclass of a base, or a class with an interface's methods (and what it lacks)."""
+    said = []
+    subclassed = [base for base, (_, _, _, interface) in bases.items() if not interface]
+    if subclassed:
+        said.append("a subclass of " + " or ".join(subclassed))
+    for base, (_, _, _, interface) in bases.items():
+        if interface:
+            lacks = lacking(found, interface) if found is not None else []
+            missing = f" (it lacks {', '.join(lacks)})" if 0 < len(lacks) < len(interface) else ""
+            said.append(f"a class with {base.rpartition('.')[2]}'s methods {', '.join(interface)}{missing}")
+    return " or ".join(said)
+
+
 def probe(target: str, kwargs: dict, bases: dict) -> str:
     """'' when the class will do, else why not (one line)."""
     module, _, name = target.rpartition(".")
@@ -60,15 +80,21 @@ def probe(target: str, kwargs: dict, bases: dict) -> str:
     except Exception as e:
         return f"does not import ({first_line(e)})"
     if not isinstance(found, type):
-        return f"is {type(found).__name__}, not a subclass of " + " or ".join(bases)
+        return f"is {type(found).__name__}, not " + kinds(bases)
 
     def loaded(base):  # its framework is imported by the class already: try that base first
         return base.partition(".")[0] in sys.modules
 
-    base = next((base for base in sorted(bases, key=loaded, reverse=True) if issubclass(found, resolve(base))), None)
+    def fits(base):
+        interface = bases[base][3]
+        if interface:
+            return not lacking(found, interface)
+        return issubclass(found, resolve(base))
+
+    base = next((base for base in sorted(bases, key=loaded, reverse=True) if fits(base)), None)
     if base is None:
-        return "is a class of another kind, not a subclass of " + " or ".join(bases)
-    positional, keywords, built = bases[base]
+        return "is a class of another kind, not " + kinds(bases, found)
+    positional, keywords, built, _ = bases[base]
     try:
         inspect.signature(found).bind(*positional, **dict.fromkeys(keywords), **kwargs)
     except TypeError as e:
