@@ -116,7 +116,10 @@ def race_lab(cwd, *args, timeout=300):
 REFUSED = [
     ("fastai", "nope.Missing", "does not import (ModuleNotFoundError: No module named 'nope')"),
     ("fastai", "collections.OrderedDict", "is a class of another kind, not a subclass of "
-                                          "train.frameworks.fastai.callbacks.RaceSaveModelCallback"),
+                                          "train.frameworks.fastai.callbacks.RaceSaveModelCallback or a class with "
+                                          "Rank0LeadsSaveModelCallback's methods path_of(name), "
+                                          "write_checkpoint(path, data), write_bytes(f, data), read_checkpoint(path), "
+                                          "broadcast(obj), loaded(path), not_loaded(why)"),
     ("fastai", "my_checkpoints.fastai_marker", "is a module, not a class"),
     ("lightning", EXAMPLE, "is a class of another kind, not a subclass of pytorch_lightning.plugins.TorchCheckpointIO "
                            "or pytorch_lightning.callbacks.ModelCheckpoint or lightning.pytorch.plugins.TorchCheckpointIO "

@@ -44,7 +44,7 @@ UNFIT = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("name, why", [
-    ("NoResume", "has no method resume(), which the loop calls"),
+    ("NoResume", "has no method resume(), which race-lab calls"),
     ("SaveTakesOne", "its save cannot be called as save(epoch, state): too many positional arguments"),
     ("Raises", "cannot be built (RuntimeError: no disk here)"),
 ])

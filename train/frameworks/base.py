@@ -53,9 +53,9 @@ class OwnBase:
     any rank starts (built_with: a value, FromConfig, FOLDER or STAND_IN). A class whose every given argument has
     one is built for real then, so a constructor that raises is refused in one line; the others are only bound to
     the constructor's signature.
-    Where a framework has no class to subclass (a plain loop), `path` is None and `methods` says what the adapter
-    calls instead: each method's name and the arguments it passes (positional), to which its signature is bound.
-    Any class with those methods will do."""
+    With `methods` (each method's name and the arguments the adapter passes it, to which its signature is bound),
+    any class with those methods will do, without subclassing: where a framework has no class to subclass (a plain
+    loop: `path` is None), or where users copy race-lab's file (`path`'s class; a copy is another class object)."""
 
     path: Optional[str]  # dotted: package.module.Class; None: no base, any class with `methods`
     positional: tuple[str, ...] = ()
@@ -65,9 +65,10 @@ class OwnBase:
 
     def kind(self) -> str:
         """How a class of this kind is named in a refusal: its base, or the methods it must have."""
-        if self.path:
-            return self.path
-        return "a class with " + " and ".join(f"{name}({', '.join(args)})" for name, args in self.methods.items())
+        if not self.methods:
+            return self.path or ""
+        whose = f"{self.path.rpartition('.')[2]}'s methods " if self.path else ""
+        return f"a class with {whose}" + ", ".join(f"{name}({', '.join(args)})" for name, args in self.methods.items())
 
 
 class Framework:

@@ -1,7 +1,7 @@
 """A load-best run's verdict in words: what each rank did, and why that makes the verdict."""
 from typing import Optional
 
-from train.judge.own_reads import YOUR_RAISE, YOUR_READ
+from train.judge.own_reads import YOUR_RAISE, YOUR_READ, short_path
 from train.judge.vocabulary import (
     ONLY_WARNED,
     Event,
@@ -75,6 +75,8 @@ def explain(outcomes: list[RankOutcome], events: list[Event], verdict: str, agre
                 "stale": "loaded an older checkpoint", "raised": "failed in your code"}[name]
         if name == "stale":
             what += f" ({group[0].detail.removeprefix('loaded ')})"
+            read = last_event([e for e in events if e["rank"] == group[0].rank], "load_done")
+            what += f" from {short_path(read['path'])}" if read and read.get("path") else ""  # the file it read
         not_here = _not_on_this_node(events, group, written[-1]) if name == "missing" and written else ""
         when = f" {span(leads)} before {saver} finished saving" if leads and name != "unsafe" and not not_here else \
             (" and no save finished" if not written and name == "missing" else "")  # not on its disk: never

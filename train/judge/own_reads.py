@@ -1,7 +1,9 @@
 """Your code's reads of checkpoint files, as train/rank/observe.py saw them (file_op events with `by`, the frame
 of your code that read): whoever's code it was, a read is judged by what it found. A rank's last read of a file
 came too early when there was no file yet (missing), or when the file was written again after it (stale: the
-inode, size or mtime it read differ from the file's as the rank ended, its file_state). Reads by race-lab's or a
+inode, size or mtime it read differ from the file's as the rank ended, its file_state), unless the rank itself began
+a save after the read: then the read was part of an earlier save (a digest of what was written, for a marker) and
+what the rank ends with comes from later reads; an adapter's events judge those. Reads by race-lab's or a
 framework's own code carry no `by`; their adapters' events judge them (load_best.py).
 An exception that ended the rank's run and passed through your code (rank_error with `by`) is your code's failure,
 judged by what it says: no file (missing), a file cut short or unreadable (corrupt), or else `raised`; never the
@@ -39,6 +41,11 @@ def own_raise(mine: list[Event]) -> Optional[tuple[str, str]]:
     return (outcome if outcome != "error" else "raised"), detail
 
 
+def saved_since(mine: list[Event], t: float) -> bool:
+    """Whether this rank began a save after time `t`."""
+    return any(e["event"] == "save_start" and e["t"] > t for e in mine)
+
+
 def own_read(mine: list[Event]) -> Optional[tuple[str, str]]:
     """(outcome, detail) when this rank's code of yours last read a checkpoint file too early, else None.
     mine: one rank's events."""
@@ -52,7 +59,7 @@ def own_read(mine: list[Event]) -> Optional[tuple[str, str]]:
         if not read.get("exists"):
             return "missing", f"{YOUR_READ}{where}, found no file"
         end = ends.get(path)
-        if end and end.get("exists") and _version(end) != _version(read):
+        if end and end.get("exists") and _version(end) != _version(read) and not saved_since(mine, read["t"]):
             sizes = f"({read.get('bytes')} bytes then, {end.get('bytes')} when the rank ended)"
             raised = own_raise(mine)
             if raised and raised[0] == "corrupt":  # what it read could not be loaded: it was being written

@@ -50,7 +50,7 @@ def lacking(found: type, methods: dict) -> str:
     for name, args in methods.items():
         method = getattr(found, name, None)
         if not callable(method):
-            return f"has no method {name}({', '.join(args)}), which the loop calls"
+            return f"has no method {name}({', '.join(args)}), which race-lab calls"
         try:
             inspect.signature(method).bind(None, *args)  # the instance, then what the loop passes
         except TypeError as e:
@@ -75,8 +75,8 @@ def probe(target: str, kwargs: dict, bases: dict) -> str:
         return "is a module, not a class"
     except Exception as e:
         return f"does not import ({first_line(e)})"
-    subclassed = [kind for kind in bases if bases[kind][3]]
-    shaped = [kind for kind in bases if not bases[kind][3]]  # no base: a class with these methods
+    subclassed = [kind for kind in bases if not bases[kind][4]]
+    shaped = [kind for kind in bases if bases[kind][4]]  # any class with these methods
     kinds = " or ".join((["a subclass of " + " or ".join(subclassed)] if subclassed else []) + shaped)
     if not isinstance(found, type):
         return f"is {type(found).__name__}, not {kinds}"
@@ -85,8 +85,8 @@ def probe(target: str, kwargs: dict, bases: dict) -> str:
         return bool(bases[kind][3]) and bases[kind][3].partition(".")[0] in sys.modules
 
     def fits(kind):
-        path = bases[kind][3]
-        return issubclass(found, resolve(path)) if path else not lacking(found, bases[kind][4])
+        path, methods = bases[kind][3:]
+        return not lacking(found, methods) if methods else issubclass(found, resolve(path))
 
     base = next((kind for kind in sorted(bases, key=loaded, reverse=True) if fits(kind)), None)
     if base is None:

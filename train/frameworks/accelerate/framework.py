@@ -1,7 +1,9 @@
 """Accelerate's contract (train/frameworks/base.py): the loop calls save_state of the best and load_state at the
-end (load_best.py); load_state at the start of every attempt (resume.py)."""
+end (load_best.py); load_state at the start of every attempt (resume.py). A class of yours (fix=own) is a checkpoint
+helper with Rank0Leads's methods (rank0_leads.py, the file docs/fixes/accelerate.md has users copy): the loop calls
+its save where it called save_state, its load_best(folder) at the end, its resume() at the start of an attempt."""
 
-from train.frameworks.base import Framework
+from train.frameworks.base import STAND_IN, Framework, OwnBase
 
 ASYNC = "save_state saves synchronously; it has no async save to run here"
 
@@ -25,12 +27,12 @@ class Accelerate(Framework):
                 "poll",
                 "atomic",
                 "rank0_leads",
+                "own",
             }
         ),
-        "resume": frozenset({"as_shipped", "atomic", "manifest", "agreed", "rank0_leads"}),
+        "resume": frozenset({"as_shipped", "atomic", "manifest", "agreed", "rank0_leads", "own"}),
     }
     no_fix = {
-        "own": "Accelerate is a library, not a trainer; the loop is race-lab's, so there is no class of yours to put in",
         "unsynced": "fastai v1's load with nothing before it; for accelerate that is fix=as_shipped",
         "barrier": "fastai's Learner.load barrier; accelerate's own barrier is fix=wait_for_everyone",
         "dcp": "torch.distributed.checkpoint is accelerate's FSDP path; save_state of a DDP model writes its own files",
@@ -52,3 +54,13 @@ class Accelerate(Framework):
         "dcp_async_save": ASYNC,
         "async_top_k": ASYNC,
     }
+    # fix=own: any class with Rank0Leads's methods (a copy of its file is another class object), built with the
+    # Accelerator and the prepared model (stand-ins before any rank starts) and fix.kwargs
+    own_bases = (
+        OwnBase(
+            "train.frameworks.accelerate.rank0_leads.Rank0Leads",
+            positional=("accelerator", "model"),
+            built_with={"accelerator": STAND_IN, "model": STAND_IN},
+            methods={"save": ("output_dir",), "load_best": ("input_dir",), "resume": ()},
+        ),
+    )

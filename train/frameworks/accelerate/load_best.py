@@ -26,6 +26,8 @@ Fixes (cfg["fix"]["name"]): Accelerate's own, and the product fixes of train/fix
   rank0_leads        Rank0Leads (rank0_leads.py, the file users copy; seams.py observes it): its save (a marker
                      written last, a failed save kept and training goes on) and its load_best (rank 0 decides and
                      reads, every rank takes its decision and weights; no guard: rank 0's decision replaces it)
+  own                a class of yours with Rank0Leads's methods (fix._target_), called as Rank0Leads is and judged
+                     by what it did: its save_state and load_state (the hooks above), its reads and broadcast
 Every improvement is saved (checkpoint.early_saves has no effect here). With real accuracy the digits reach their
 best in the first epoch, so the last epoch saves nothing and no fault placed in the last save fires:
 fault.best_epoch=-1 (every epoch improves) puts a save in the last epoch: configs/framework/accelerate.yaml sets
@@ -48,7 +50,7 @@ from train.toolkit.rank import Rank, checkpoint_dir, last_epoch, local_rank, say
 from train.toolkit.model import digits_split, small_cnn, weights_digest
 from train.toolkit.errors import error_fields
 from train.toolkit.resume import write_in_place
-from train.frameworks.accelerate.seams import ObservedRank0Leads, write_model_file
+from train.frameworks.accelerate.seams import kept_error, observed_helper, write_model_file
 
 
 def fit_and_load(rank: Rank):
@@ -72,7 +74,8 @@ class AccelerateRun:
         self.save_ok = None  # the last save's result on this rank: None (none yet), True, False
         self.written = None  # the digest of the state dict the last save_state wrote
         self.last = False  # in the last epoch
-        self.leads = None  # fix=rank0_leads: the Rank0Leads helper (made once the model is prepared)
+        self.leads = None  # fix=rank0_leads or own: the checkpoint helper (made once the model is prepared)
+        self.read_here = False  # this rank's load_state read the folder (its load pre-hook ran)
 
     def fit_and_load(self):
         cfg, data = self.cfg, self.cfg["data"]
@@ -93,7 +96,7 @@ class AccelerateRun:
             model, DataLoader(TensorDataset(x_train, y_train), batch_size=data["batch_size"], shuffle=True),
             DataLoader(TensorDataset(x_valid, y_valid), batch_size=data["batch_size"]))
         if self.way.leads:
-            self.leads = ObservedRank0Leads(accelerator, self.model, self.events)
+            self.leads = observed_helper(cfg["fix"], accelerator, self.model, self.events)
         self.events.record("fit_start", train_batches=len(train_dl), node_local=self.node_local)
 
         best = None
@@ -143,8 +146,8 @@ class AccelerateRun:
         try:
             if self.leads is None:
                 self.accelerator.save_state(str(self.folder))
-            elif not self.leads.save(str(self.folder)):  # it kept the error: said here as the others are
-                raise list(self.leads.errors.values())[-1]
+            elif self.leads.save(str(self.folder)) is False:  # it kept the error: said here as the others are
+                raise kept_error(self.leads)
         except OSError as e:
             self.save_ok = False
             self.events.record("save_error", epoch=epoch, **error_fields(e))
@@ -183,20 +186,24 @@ class AccelerateRun:
         self.events.record("final", digest=self.digest())
 
     def load_led(self):
-        """fix=rank0_leads: Rank0Leads.load_best on every rank; rank 0's read is recorded where it reads."""
+        """fix=rank0_leads or own: the helper's load_best on every rank. Where it reads is recorded as it reads (its
+        read_weights, or load_state's pre-hook); a rank that read nothing itself and was sent a peer's object in its
+        broadcast holds what was sent. It returns {"loaded": False, "why": ...} when it decided not to load."""
         self.faults.before_load()
+        self.leads.received = False
         try:
             result = self.leads.load_best(str(self.folder))
         except SyncFailed:
             return
-        if not result["loaded"]:
-            self.events.record("skip", reason=f"{result['why']}: every rank agreed not to load, and holds rank 0's "
-                               "weights")
-            say(f"Not loading: {result['why']}.")
+        result = result if isinstance(result, dict) else {}
+        if result.get("loaded") is False:
+            why = result.get("why") or "it did not load"
+            self.events.record("skip", reason=f"{why}: every rank agreed not to load, and holds rank 0's weights")
+            say(f"Not loading: {why}.")
             return
-        if not self.accelerator.is_main_process:
+        if self.leads.received and not self.read_here:
             self.events.record("load_attempt", source="broadcast from rank 0")
-        self.events.record("load_done", path=result["path"], digest=self.digest())
+        self.events.record("load_done", path=result.get("path") or str(self.model_file), digest=self.digest())
         say("Loaded model.")
 
     def digest(self) -> str:
@@ -232,7 +239,9 @@ class AccelerateRun:
 
     def before_load(self, models, input_dir):
         """Accelerate's load pre-hook, on every rank, before it reads; models[0]: the prepared model."""
-        self.faults.before_load()
+        self.read_here = True
+        if self.leads is None:  # a helper's load_best: placed before it (load_led)
+            self.faults.before_load()
         if not self.way.broadcast:
             self.record_load_attempt()
             return
@@ -256,7 +265,7 @@ class Way:
     write: object = write_in_place  # how the writer puts model.safetensors: write(path, fill)
     save_on_each_node: bool = False  # ProjectConfiguration(save_on_each_node=True): each node's main process writes
     broadcast: bool = False  # rank 0 reads, the others get its weights through a collective
-    leads: bool = False  # Rank0Leads (rank0_leads.py): its save, and its load_best in place of the sync and load
+    leads: bool = False  # the helper (Rank0Leads, or yours): its save, and its load_best in place of the sync and load
 
 
 # the dispatch: fix.name -> how the loop does it (framework.py names these fixes, and why it lacks others)
@@ -269,4 +278,5 @@ BY_FIX = {
     "poll": Way(sync=AccelerateRun.sync_file),
     "atomic": Way(sync=AccelerateRun.sync_file, write=atomic_write),
     "rank0_leads": Way(leads=True),
+    "own": Way(leads=True),  # a class of yours with Rank0Leads's methods (framework.py's own_bases)
 }

@@ -35,6 +35,8 @@ Fixes (cfg["fix"]["name"]), each from train/fixes.py:
   rank0_leads Rank0Leads (rank0_leads.py, the file users copy; seams.py observes it): its save (a marker written
               last after a wait_for_everyone; total_limit taken over: rank 0 deletes after the marker) and its resume
               (rank 0 picks the newest complete folder and removes the incomplete ones after it; every rank loads it)
+  own         a class of yours with Rank0Leads's methods (fix._target_), called as Rank0Leads is: its save() after
+              every epoch, its resume() at the start of every attempt
 (rank0_rotates is as shipped: save_state's deletion runs on the main process only; dcp is Accelerate's FSDP path.)
 Events: those of train/frameworks/torch_loop/, `path` a checkpoint_<i> folder.
 """
@@ -55,7 +57,7 @@ from train.toolkit.model import digits_split, small_cnn
 from train.toolkit.errors import error_fields
 from train.toolkit.model import weights_digest
 from train.toolkit.resume import start_attempt, write_in_place
-from train.frameworks.accelerate.seams import ObservedRank0Leads, write_model_file
+from train.frameworks.accelerate.seams import observed_helper, write_model_file
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class Way:
     write: object = write_in_place  # how the main process puts model.safetensors: write(path, fill)
     marker: bool = False  # a marker written last; the newest complete folder read, the next save past every folder
     rank0_picks: bool = False  # rank 0 picks the folder as load_state() would, every rank loads that one
-    leads: bool = False  # Rank0Leads: its save and its resume
+    leads: bool = False  # the helper (Rank0Leads, or yours): its save and its resume
 
 
 # the dispatch: fix.name -> how the loop does it (framework.py names these fixes, and why it lacks others)
@@ -74,6 +76,7 @@ BY_FIX = {
     "manifest": Way(marker=True),
     "agreed": Way(rank0_picks=True),
     "rank0_leads": Way(leads=True),
+    "own": Way(leads=True),  # a class of yours with Rank0Leads's methods (framework.py's own_bases)
 }
 
 
@@ -111,7 +114,7 @@ class AccelerateResume:
         self.model, optimizer, train_dl = accelerator.prepare(
             model, optimizer, DataLoader(TensorDataset(x_train, y_train), batch_size=data["batch_size"], shuffle=True))
         self.steps_per_epoch = len(train_dl)
-        self.leads = ObservedRank0Leads(accelerator, self.model, self.events) if self.way.leads else None
+        self.leads = observed_helper(cfg["fix"], accelerator, self.model, self.events) if self.way.leads else None
 
         start = self.resume()
         self.events.record("fit_start", train_batches=self.steps_per_epoch, node_local=cfg["checkpoint"]["node_local"],
@@ -180,7 +183,8 @@ class AccelerateResume:
         return epoch + 1
 
     def resume_led(self, names: list) -> int:
-        """fix=rank0_leads: Rank0Leads.resume on every rank (rank 0's pick, loaded); the epoch to start from."""
+        """fix=rank0_leads or own: the helper's resume() on every rank (the folder it loaded, or None); the epoch to
+        start from."""
         try:
             chosen = self.leads.resume()
         except SyncFailed:
@@ -230,7 +234,7 @@ class AccelerateResume:
             self.events.record("save_start", epoch=epoch, step=step, path=str(path))
         saved = True  # False: this process's save failed (Rank0Leads keeps the error and goes on)
         if self.leads is not None:
-            saved = self.leads.save()
+            saved = self.leads.save() is not False
         else:
             self.accelerator.save_state()
         if self.way.marker:

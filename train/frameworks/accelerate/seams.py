@@ -1,13 +1,15 @@
-"""Accelerate's write seam: where its save pre-hook writes the model file itself (both workloads); and fix=rank0_leads's
-helper as both workloads observe it."""
+"""Accelerate's write seam: where its save pre-hook writes the model file itself (both workloads); and the checkpoint
+helper both workloads call for fix=rank0_leads and fix=own, as they observe it."""
 import os
 from pathlib import Path
 
 from accelerate.utils import SAFE_WEIGHTS_NAME
+import torch.distributed as dist
 from safetensors.torch import save as safetensors_bytes
 
 from train.fixes import SyncFailed, watched
 from train.frameworks.accelerate.rank0_leads import Rank0Leads
+from train.toolkit.rank import named_class
 
 
 def write_model_file(weights: list, output_dir, write, fault):
@@ -22,30 +24,48 @@ def write_model_file(weights: list, output_dir, write, fault):
     weights.clear()
 
 
-class ObservedRank0Leads(Rank0Leads):
-    """fix=rank0_leads as the adapter runs it: the file users copy (rank0_leads.py), with its collectives watched
-    (fixes.watched: sync events, and a hang seen at once), rank 0's read recorded (load_attempt) and its deletions
-    (rotate)."""
+class Observed:
+    """Mixed in before the helper that runs (fix=rank0_leads's Rank0Leads, or a class of yours, fix=own): where it has
+    Rank0Leads's small methods, its collectives are watched (fixes.watched: sync events, a hang seen at once), rank 0's
+    read is recorded (load_attempt) and its deletions (rotate); `received` says a peer's object reached this rank
+    through its broadcast. A class without those methods is run as it is: what it does to the files is seen through
+    Accelerate's hooks and the rank's file watch."""
 
-    def __init__(self, accelerator, model, events):
-        super().__init__(accelerator, model)
-        self.events = events
+    observed_events = None  # the rank's event log, set once the helper is built
+    received = False
 
     def broadcast_from_rank0(self, value):
         box = []
-        if not watched(self.events, "broadcast", lambda: box.append(super(ObservedRank0Leads, self)
-                                                                   .broadcast_from_rank0(value))):
+        if not watched(self.observed_events, "broadcast", lambda: box.append(super(Observed, self)
+                                                                            .broadcast_from_rank0(value))):
             raise SyncFailed
+        self.received = dist.is_initialized() and dist.get_rank() != 0
         return box[0]
 
     def wait_for_all(self):
-        if not watched(self.events, "barrier", super().wait_for_all):
+        if not watched(self.observed_events, "barrier", super().wait_for_all):
             raise SyncFailed
 
     def read_weights(self, path) -> dict:
-        self.events.record("load_attempt", path=str(path), bytes=os.path.getsize(path) if os.path.exists(path) else None)
+        self.observed_events.record("load_attempt", path=str(path),
+                                    bytes=os.path.getsize(path) if os.path.exists(path) else None)
         return super().read_weights(path)
 
     def delete(self, folder):
-        self.events.record("rotate", path=str(folder))
+        self.observed_events.record("rotate", path=str(folder))
         super().delete(folder)
+
+
+def observed_helper(fix: dict, accelerator, model, events):
+    """The checkpoint helper both workloads call: fix=own's class (fix._target_, built with fix.kwargs) or
+    Rank0Leads, under Observed."""
+    helper = named_class(fix["_target_"]) if fix["name"] == "own" else Rank0Leads
+    built = type(f"Observed{helper.__name__}", (Observed, helper), {})(accelerator, model, **fix["kwargs"])
+    built.observed_events = events
+    return built
+
+
+def kept_error(helper) -> OSError:
+    """Why a helper's save returned False: the OSError it kept (Rank0Leads's `errors`), or one that says so."""
+    errors = list(getattr(helper, "errors", {}).values())
+    return errors[-1] if errors else OSError(f"{type(helper).__name__}.save returned False")

@@ -21,6 +21,9 @@ class Fastai(Framework):
     lacks = {
         "resume": "fastai's SaveModelCallback keeps the best and loads it at the end; fastai has no resume path here"
     }
+    # fix=own: a RaceSaveModelCallback subclass, or a class with the methods of the callback users copy (rank0_leads.py,
+    # on fastai's public SaveModelCallback; a copy of it is another class object), built with fix.kwargs and
+    # monitor and fname (observed.py's callback_for)
     own_bases = (
         OwnBase(
             "train.frameworks.fastai.callbacks.RaceSaveModelCallback",
@@ -31,6 +34,20 @@ class Fastai(Framework):
                 "faults": STAND_IN,
                 "checkpoint": FromConfig("checkpoint"),
                 "timeout_s": FromConfig("timeout.collective_s"),
+            },
+        ),
+        OwnBase(
+            "train.frameworks.fastai.rank0_leads.Rank0LeadsSaveModelCallback",
+            keywords=("monitor", "fname"),
+            built_with={"monitor": "accuracy", "fname": FromConfig("checkpoint.name")},
+            methods={
+                "path_of": ("name",),
+                "write_checkpoint": ("path", "data"),
+                "write_bytes": ("f", "data"),
+                "read_checkpoint": ("path",),
+                "broadcast": ("obj",),
+                "loaded": ("path",),
+                "not_loaded": ("why",),
             },
         ),
     )

@@ -12,7 +12,7 @@ from fastai.metrics import accuracy
 from fastai.torch_core import set_seed
 
 import train.frameworks.fastai.callbacks  # noqa: F401  (the fixes, imported once in the forkserver's preload)
-import train.frameworks.fastai.observed  # noqa: F401  (fix=rank0_leads: rank0_leads.py, the file users copy)
+from train.frameworks.fastai.observed import callback_for  # fix=rank0_leads, or a copy of it (fix=own)
 from train.frameworks.fastai.data import CHANNELS, make_dls
 from train.frameworks.fastai.gloo import distrib_ctx
 from train.frameworks.base import CLASS_NAMED
@@ -39,7 +39,7 @@ def fit_and_load(rank: Rank):
                     SimpleCNN((CHANNELS[cfg["data"]["name"]], 16, 16, 2)),  # the seed's simple_cnn((3,16,16,2))
                     loss_func=CrossEntropyLossFlat(), metrics=accuracy,
                     path=rank.run_dir, model_dir=checkpoint_dir(cfg))
-    save_model_cb = named_class(cfg["fix"]["_target_"])(
+    save_model_cb = callback_for(named_class(cfg["fix"]["_target_"]))(
         rank.events, rank.faults, cfg["checkpoint"], timeout_s=cfg["timeout"]["collective_s"], **cfg["fix"]["kwargs"])
 
     learn.logger = epoch_table(learn)

@@ -5,7 +5,10 @@ save_end, save_error, and the scenario's stall or OSError halfway through the by
 (load_attempt), its broadcast (watched as any sync: sync events, a hang seen at once), and its end (load_done, or a
 skip that says why). Only *when* it saves is race-lab's, as in RaceSaveModelCallback: the best so far, at the last
 epoch always (and with checkpoint.early_saves at each improvement), so that the scenario's last-save faults happen.
-checkpoint.guard is not applied: the fix's point is that no rank decides from a look of its own."""
+checkpoint.guard is not applied: the fix's point is that no rank decides from a look of its own.
+
+fix=own with a copy of rank0_leads.py (another class object than race-lab's, on fastai's public SaveModelCallback) is
+observed alike: callback_for puts Observed before it, so both are judged by what they did."""
 import copy
 
 from fastai.callback.tracker import TrackerCallback
@@ -13,7 +16,7 @@ from fastai.torch_core import get_model
 from torch.nn.parallel import DistributedDataParallel
 
 from train.fixes import SyncFailed, watched
-from train.frameworks.fastai.callbacks import model_digest
+from train.frameworks.fastai.callbacks import RaceSaveModelCallback, model_digest
 from train.frameworks.fastai.rank0_leads import (
     Rank0LeadsSaveModelCallback,
     process_rank,
@@ -23,11 +26,12 @@ from train.toolkit.model import weights_digest
 from train.toolkit.rank import local_rank, say
 
 
-class ObservedRank0Leads(Rank0LeadsSaveModelCallback):
-    """The constructor RaceSaveModelCallback's fixes take (events, faults, the checkpoint config, timeout_s)."""
+class Observed:
+    """Mixed in before a callback with Rank0LeadsSaveModelCallback's methods: the constructor RaceSaveModelCallback's
+    fixes take (events, faults, the checkpoint config, timeout_s; fix.kwargs to the callback's own)."""
 
-    def __init__(self, events, faults, checkpoint: dict, timeout_s: float):
-        super().__init__(monitor="accuracy", fname=checkpoint["name"])
+    def __init__(self, events, faults, checkpoint: dict, timeout_s: float, **kwargs):
+        super().__init__(monitor="accuracy", fname=checkpoint["name"], **kwargs)
         self.events, self.faults = events, faults
         self.keep_existing, self.early_saves, self.node_local = (
             checkpoint[k] for k in ("keep_existing", "early_saves", "node_local"))
@@ -75,7 +79,7 @@ class ObservedRank0Leads(Rank0LeadsSaveModelCallback):
 
     def broadcast(self, obj):
         box = []
-        if not watched(self.events, "broadcast", lambda: box.append(super(ObservedRank0Leads, self).broadcast(obj))):
+        if not watched(self.events, "broadcast", lambda: box.append(super(Observed, self).broadcast(obj))):
             raise SyncFailed
         if process_rank() != 0 and box[0]["loaded"]:
             self.events.record("load_attempt", source="broadcast from rank 0")
@@ -101,3 +105,16 @@ class ObservedRank0Leads(Rank0LeadsSaveModelCallback):
     def not_loaded(self, why):
         super().not_loaded(why)
         self.events.record("skip", reason=f"{why}: every rank agreed not to load")
+
+
+class ObservedRank0Leads(Observed, Rank0LeadsSaveModelCallback):
+    """fix=rank0_leads (configs/fix/rank0_leads.yaml's _target_)."""
+
+
+def callback_for(own: type) -> type:
+    """The class fix._target_ names, to be built with race-lab's arguments: a RaceSaveModelCallback subclass (the
+    fixes, or yours) or one observed already as it is; any other (a class with Rank0LeadsSaveModelCallback's methods,
+    as fastai's framework.py declares: a copy of rank0_leads.py) under Observed."""
+    if issubclass(own, (RaceSaveModelCallback, Observed)):
+        return own
+    return type(f"Observed{own.__name__}", (Observed, own), {})
