@@ -148,6 +148,7 @@ class CheckConfig:
                      choices=["sync", "async"])
     jobs: int = key(0, "race-lab check: runs side by side; 0: one more than cores", min=0)
     strict: bool = key(False, "race-lab check fix=own: true fails the check on a scenario your class cannot run")
+    keep_runs: bool = key(False, "race-lab check: every run kept whole; else a run that held keeps only its records")
 
 
 @dataclass

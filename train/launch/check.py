@@ -10,6 +10,7 @@ what do I change?
    line a job drives the console's progress (train/launch/progress.py), or with launch.job_lines=true is echoed.
 4. Judge: train/report/check_card.py makes the card, check.json and check.md from the runs' summaries and the
    measured matrix (docs/measured/); check.html the card as a page (train/report/check_html.py), matrix.html the runs.
+5. Prune (train/report/prune.py): a run that held keeps only its records, unless check.keep_runs=true.
 Exit codes: 0 safe, 1 unsafe, 2 bad input, 3 the harness failed (never a race), 130 interrupted.
 """
 import os
@@ -33,6 +34,7 @@ from train.report.check_html import page as check_page
 from train.report.files import write_json_atomic
 from train.report.matrix import SCENARIO_ORDER
 from train.report.measured import read_measured
+from train.report.prune import prune, report_again
 from train.report.run_records import find_runs, read_summary
 
 EXIT_SAFE, EXIT_UNSAFE = 0, 1
@@ -91,7 +93,7 @@ def _plan(argv: list) -> dict:
         check_own_class(first)
     plan = {"framework": framework, "fix": fix, "class": first["fix"].get("_target_") if fix == "own" else None,
             "repeats": setup["repeats"], "world_size": 2, "scenarios": [], "left_out": [], "strict": setup["strict"],
-            "job_lines": first["launch"]["job_lines"],
+            "job_lines": first["launch"]["job_lines"], "keep_runs": setup["keep_runs"],
             "setup": {"disks": setup["disks"], "restarts": setup["restarts"], "saves": setup["saves"]}}
     for name in scenarios:
         cfg = compose_scenario(argv, name)
@@ -248,6 +250,9 @@ def main(argv: list) -> int:
     checked = result(plan, summaries_by_scenario(out), read_measured(plan["framework"]))
     write_json_atomic(out / "check.json", checked)
     (out / "check.md").write_text(markdown(checked), encoding="utf-8")
+    if not plan["keep_runs"]:  # a run that held keeps its records; the report and matrix.html made again from them
+        prune(out)
+        report_again(out)
     (out / "check.html").write_text(check_page(checked, "matrix.html" if (out / "matrix.html").exists() else ""),
                                     encoding="utf-8")  # reads without JavaScript; the runs' grid is matrix.html
     print(card(checked, shutil.get_terminal_size((WIDTH, 24)).columns), flush=True)
