@@ -168,6 +168,7 @@ def planned(callbacks, total: int, left_out: int):
 class SweepProgress(Callback):
     total = None  # set when a sweep starts; a single run (no -m) leaves it None and is left alone
     in_worker = False  # True in the copy that a side-by-side job's worker process gets
+    progress = None  # the jobs' progress (begin), unless launch.job_lines or echo_ranks print a line per job
 
     def __getstate__(self):
         """The copy that goes to a worker with each side-by-side job: no threads, no open files."""
