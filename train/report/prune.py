@@ -16,9 +16,9 @@ from pathlib import Path
 from train.report.check_card import HELD
 from train.report.run_records import find_runs, read_summary
 
-RECORDS = {".hydra", "events", "summary.json", "node_summary.json", "pruned.json"}
+PRUNED = "pruned.json"  # in a pruned run: what went, so a reader of the folder is not left guessing
+RECORDS = {".hydra", "events", "summary.json", "node_summary.json", PRUNED}
 NODES = "nodes"  # nodes/node<K>/: one node's records of a run of several (train/report/node_records.py)
-PRUNED = "pruned.json"  # in a pruned run: what went and why, so a reader of the folder is not left guessing
 USAGE = "usage: race-lab prune [FOLDER ...] [--dry-run]   (FOLDER: runs/ by default)"
 
 
