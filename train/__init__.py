@@ -5,8 +5,9 @@ The story, in reading order (.importlinter holds the layers: each part imports o
   config.py      the schema: every key, its type, default, range and meaning, declared once
   launch/        launching: the Hydra job (job.py), the checks before any rank starts (preflight.py, plan.py,
                  own_class.py), one run (experiment.py) driving torch elastic (elastic.py), nodes (nodes.py),
-                 a sweep's progress (sweep.py), its n/a jobs left out before any starts (cells.py, with the
-                 sweeper in plugins/hydra_plugins/), the forkserver (forkserver.py), Hydra's errors in one line
+                 a sweep (sweep.py) and its jobs' progress (progress.py), its n/a jobs left out before any starts
+                 (cells.py, with the sweeper in plugins/hydra_plugins/), the forkserver (forkserver.py), Hydra's
+                 errors in one line
   rank/          one rank: its entry point (entry.py), the worker that joins the group and hands over to the
                  framework's adapter (worker.py), what any code of the rank does to checkpoint files, seen through
                  Python's audit hooks (observe.py), what the forkserver imports once (preload.py)
@@ -20,7 +21,8 @@ The story, in reading order (.importlinter holds the layers: each part imports o
   judge/         judging, pure functions over event records: the vocabulary, the load-best verdict and its
                  sentence, your own code's reads (own_reads.py), the resume verdict, and which applies (verdict.py)
   report/        reporting: runs -> report.csv/md and figures, the matrix (csv, md, png, html), rates with
-                 their intervals, the console table, several nodes' records merged; python -m train.report
+                 their intervals, the console table, several nodes' records merged, runs pruned to their records
+                 (prune.py, race-lab prune); python -m train.report
   bench/         make bench: time to verdict, each figure beside its goal
   torch_private.py  every use of a private torch function, each saying what is lost if it goes
   process.py     a process that ends with its parent

@@ -66,7 +66,7 @@ def import_torch_taking_sigint_after():
 
 
 def run_cli():
-    """race-lab check, or one Hydra run or sweep of python -m train."""
+    """race-lab check, race-lab prune, or one Hydra run or sweep of python -m train."""
     user_wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let composition errors reach us instead of Hydra's printout
     from train.launch.defaults import with_defaults_filled
@@ -75,6 +75,10 @@ def run_cli():
         from train.launch.check import main as check
 
         exit_without_teardown(check(with_keys_renamed(sys.argv[2:])))
+    if sys.argv[1:2] == ["prune"]:  # race-lab prune: runs that held keep only their records (train/report/prune.py)
+        from train.report.prune import main as prune
+
+        exit_without_teardown(prune(sys.argv[2:]))
     sys.argv[1:] = with_defaults_filled(with_keys_renamed(sys.argv[1:]))  # Hydra reads sys.argv
     from train.launch.forkserver import start_forkserver
 

@@ -130,8 +130,9 @@ class LaunchConfig:
     max_restarts: int = key(0, "torch elastic's max_restarts: how often the agent restarts the whole worker group "
                                "after a rank fails; each restart is an attempt (TORCHELASTIC_RESTART_COUNT)", min=0)
     echo_ranks: bool = key(False, "in a sweep (-m), print every rank's full output and each job's table on the console "
-                                  "too, as a single run does; else one line a job (the output stays in the run dir's "
-                                  "logs/ and console.log)")
+                                  "too, as a single run does; else the jobs' progress (the output stays in the run "
+                                  "dir's logs/ and console.log)")
+    job_lines: bool = key(False, "a line per job as it ends (sweeps, the matrix, race-lab check); else a progress bar")
 
 
 @dataclass
@@ -147,6 +148,7 @@ class CheckConfig:
                      choices=["sync", "async"])
     jobs: int = key(0, "race-lab check: runs side by side; 0: one more than cores", min=0)
     strict: bool = key(False, "race-lab check fix=own: true fails the check on a scenario your class cannot run")
+    keep_runs: bool = key(False, "race-lab check: every run kept whole; else a run that held keeps only its records")
 
 
 @dataclass
@@ -361,8 +363,6 @@ def lookup(dotted: str):
         schema = entry.type if is_dataclass(entry.type) else None
     return entry
 
-
-# --- the README table -------------------------------------------------------------------------------
 
 def _default_text(f) -> str:
     default = f.default_factory() if f.default_factory is not MISSING else f.default

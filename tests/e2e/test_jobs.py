@@ -32,7 +32,8 @@ def test_two_jobs_run_at_once_and_the_sweep_reports_as_one_after_another_does(tm
     sweep = tmp_path / "sweep"
     # two good jobs, then two with a bad value: those are reported, and the sweep exits 1 at the end
     proc = subprocess.run([sys.executable, "-m", "train", "-m", f"hydra.sweep.dir={sweep}", *SIDE_BY_SIDE,
-                           "skew.rank=0,5", "fix=unsynced,barrier", "world_size=2", "epochs=1", "skew.seconds=3"],
+                           "launch.job_lines=true", "skew.rank=0,5", "fix=unsynced,barrier", "world_size=2", "epochs=1",
+                           "skew.seconds=3"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=tagged_env(str(sweep)))
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert not processes_tagged(str(sweep)), "a worker, forkserver or rank outlived the sweep"

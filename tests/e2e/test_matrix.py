@@ -163,7 +163,8 @@ def test_an_n_a_cell_launches_no_job_yet_the_matrix_gives_its_reason(tmp_path):
     """make matrix over torn x (unsynced, dcp): torn x dcp is n/a; its 2 jobs are never launched (no job dir,
     no job line), and its cell is in matrix.csv and matrix.html with the reason a job of it gave before."""
     sweep = tmp_path / "sweep"
-    proc = subprocess.run(["make", "-s", "matrix", f"DIR={sweep}", "SCENARIOS=torn", "FIXES=unsynced,dcp", "REPEATS=2"],
+    proc = subprocess.run(["make", "-s", "matrix", f"DIR={sweep}", "SCENARIOS=torn", "FIXES=unsynced,dcp", "REPEATS=2",
+                           "ARGS=launch.job_lines=true"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=tagged_env(str(sweep)))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert not processes_tagged(str(sweep))

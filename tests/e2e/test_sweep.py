@@ -20,7 +20,7 @@ def real(tmp_path_factory) -> dict:
     CompletedProcess (stdout and stderr apart, as conftest's multirun gives them); each sweep in root/<name>."""
     root = tmp_path_factory.mktemp("sweeps")
     commands = {
-        "small": ["skew.seconds=0,3", "fix=unsynced,barrier", "world_size=2", "epochs=1"],
+        "small": ["skew.seconds=0,3", "fix=unsynced,barrier", "world_size=2", "epochs=1", "launch.job_lines=true"],
         "bad_job": ["skew.rank=5,0", "world_size=2", "epochs=1", "skew.seconds=2"],
         "echo": ["launch.echo_ranks=true", "world_size=2", "epochs=1", "skew.seconds=0", "fix=barrier"],
     }
@@ -114,6 +114,9 @@ def test_a_bad_job_is_reported_and_the_sweep_goes_on(real):
     assert proc.returncode == 1
     assert "error: skew.rank=5: must be a rank in 0..1 (world_size=2)" in proc.stderr
     assert "[sweep] 1 of 2 jobs did not give a result" in proc.stderr
+    # no terminal, no launch.job_lines: the progress, a line a tenth of the jobs (here each but the last), no line a job
+    assert "[sweep] 1 of 2 jobs (50%): 0 held, 0 raced, 1 no verdict; ~" in proc.stdout, proc.stdout
+    assert "[sweep] job " not in proc.stdout
     rows = read_csv(sweep / "report.csv")  # the good job ran and was reported
     assert [(r["skew_rank"], r["verdict"]) for r in rows] == [("0", "race")]
     assert not any(sweep.glob("0-*")), "the bad job leaves no half-made run dir"
@@ -126,15 +129,6 @@ def test_echo_ranks_brings_each_ranks_output_back(real):
     assert proc.stdout.count("Attempting to load model.") == 2  # both ranks' output, as a single run prints it
     assert "rank  outcome" in proc.stdout
     assert re.search(r"\[sweep\] job 1 of 1: .*  clean  \d+\.\d s", proc.stdout)
-
-
-def test_the_progress_bar_estimates_the_time_left():
-    from train.launch.sweep import progress_bar
-
-    assert progress_bar(0, 4, None, width=8) == "[........] 0/4 jobs"
-    assert progress_bar(1, 4, 75.4, width=8) == "[##......] 1/4 jobs  ~1m15s left"
-    assert progress_bar(4, 4, 0, width=8) == "[########] 4/4 jobs  ~0s left"
-
 
 
 def test_the_sweeps_end_draws_the_queued_timelines_itself_and_waits_only_for_the_one_in_flight(tmp_path, monkeypatch):

@@ -189,6 +189,8 @@ def commands():
 def kind(tokens):
     if tokens[0] == "make":
         return "make", tokens[1:]
+    if tokens[0].endswith("race-lab") and tokens[1:2] == ["prune"]:
+        return "prune", tokens[2:]
     if tokens[0].endswith("race-lab"):
         return "train", without_check(tokens[1:])
     at = tokens.index("-m") if "-m" in tokens else None
@@ -207,7 +209,7 @@ ALL_COMMANDS = list(commands())
 
 def test_commands_are_found():
     kinds = {kind(p.values[0])[0] for p in ALL_COMMANDS}
-    assert kinds == {"make", "train", "module"}, kinds
+    assert kinds == {"make", "train", "module", "prune"}, kinds
     assert len(ALL_COMMANDS) > 30, "the command pattern finds (almost) no commands: is it broken?"
 
 
@@ -314,6 +316,14 @@ def test_train_command_composes(tokens):
         for value in values[1:]:
             others = [f"{k}={v[0]}" for j, (k, v) in enumerate(sweeps) if j != i]
             compose([f"{k}={v[0]}" for k, v in plain] + others + [f"{key}={value}"])
+
+
+@pytest.mark.parametrize("tokens", [p for p in ALL_COMMANDS if kind(p.values[0])[0] == "prune"])
+def test_prune_command_takes_folders_and_its_one_option(tokens):
+    """race-lab prune [FOLDER ...] [--dry-run] (train/report/prune.py): no other option."""
+    from train.report.prune import USAGE
+
+    assert {a for a in kind(tokens)[1] if a.startswith("-")} <= {"--dry-run"}, USAGE
 
 
 # python -m train.<module> --------------------------------------------------------------------------------

@@ -6,10 +6,11 @@ what do I change?
 2. Sort the scenarios: those that cannot happen in this framework or in the declared setup (check.disks,
    check.restarts, check.saves) are left out, and said why; those where the fix has no way to hold (an n/a cell) count against
    it; the rest run.
-3. Run those as one Hydra multirun, check.repeats times each, jobs side by side (train/launch/sweep.py prints a
-   line a job; every other line goes to check.log).
+3. Run those as one Hydra multirun, check.repeats times each, jobs side by side. Its output goes to check.log; its
+   line a job drives the console's progress (train/launch/progress.py), or with launch.job_lines=true is echoed.
 4. Judge: train/report/check_card.py makes the card, check.json and check.md from the runs' summaries and the
    measured matrix (docs/measured/); check.html the card as a page (train/report/check_html.py), matrix.html the runs.
+5. Prune (train/report/prune.py): a run that held keeps only its records, unless check.keep_runs=true.
 Exit codes: 0 safe, 1 unsafe, 2 bad input, 3 the harness failed (never a race), 130 interrupted.
 """
 import os
@@ -26,11 +27,14 @@ from train.frameworks.registry import register_configs
 from train.launch.defaults import CONFIGS, options, with_defaults_filled
 from train.launch.plan import check_config, framework_cannot, not_applicable, the_framework
 from train.launch.preflight import EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED, check_limits, check_used
+from train.launch.progress import JobsProgress
+from train.launch.sweep import verdict_of_job_line
 from train.report.check_card import WIDTH, card, markdown, result
 from train.report.check_html import page as check_page
 from train.report.files import write_json_atomic
 from train.report.matrix import SCENARIO_ORDER
 from train.report.measured import read_measured
+from train.report.prune import prune, report_again
 from train.report.run_records import find_runs, read_summary
 
 EXIT_SAFE, EXIT_UNSAFE = 0, 1
@@ -89,6 +93,7 @@ def _plan(argv: list) -> dict:
         check_own_class(first)
     plan = {"framework": framework, "fix": fix, "class": first["fix"].get("_target_") if fix == "own" else None,
             "repeats": setup["repeats"], "world_size": 2, "scenarios": [], "left_out": [], "strict": setup["strict"],
+            "job_lines": first["launch"]["job_lines"], "keep_runs": setup["keep_runs"],
             "setup": {"disks": setup["disks"], "restarts": setup["restarts"], "saves": setup["saves"]}}
     for name in scenarios:
         cfg = compose_scenario(argv, name)
@@ -133,9 +138,11 @@ def sweep_command(argv: list, plan: dict, out: Path) -> list:
     """The one Hydra multirun of every scenario that runs, check.repeats times each, jobs side by side."""
     ran = [s["name"] for s in plan["scenarios"] if not s["cannot"]]
     jobs = _jobs(argv)
-    keys = [a for a in argv if not a.split("=", 1)[0].lstrip("+").startswith(("hydra.sweep.dir", "scenario", "check."))]
+    keys = [a for a in argv if not a.split("=", 1)[0].lstrip("+").startswith(("hydra.sweep.dir", "scenario", "check.",
+                                                                             "launch.job_lines"))]
     return [sys.executable, "-m", "train", "-m", *([CHECK_WORLD_SIZE] if _given(argv, "world_size") is None else []),
-            *([SETTLED] if _given(argv, "skew.end_when_settled") is None else []), *keys, f"scenario={','.join(ran)}", f"repeat=range({plan['repeats']})", f"hydra.sweep.dir={out}",
+            *([SETTLED] if _given(argv, "skew.end_when_settled") is None else []), *keys, f"scenario={','.join(ran)}",
+            f"repeat=range({plan['repeats']})", f"hydra.sweep.dir={out}", "launch.job_lines=true",  # what run_sweep reads
             *(["hydra/launcher=jobs", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else [])]
 
 
@@ -164,11 +171,13 @@ def summaries_by_scenario(out: Path) -> dict:
     return found
 
 
-def run_sweep(command: list, log: Path) -> int:
-    """The sweep, its output into `log`; its one line a job (and error lines) on the console. Ctrl-C reaches
-    its process group; it ends its jobs and we exit 130."""
+def run_sweep(command: list, log: Path, jobs: int, job_lines: bool = False) -> int:
+    """The sweep, its output into `log`; on the console its jobs' progress, or its line a job (job_lines), and its
+    error lines. Ctrl-C reaches its process group; it ends its jobs and we exit 130."""
     from train.process import end_with_parent
 
+    progress = None if job_lines else JobsProgress(jobs, "[check]")
+    say = progress.say if progress else print
     with open(log, "w", encoding="utf-8") as written:
         sweep = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                  preexec_fn=end_with_parent)  # noqa: PLW1509 (no thread runs yet)
@@ -182,12 +191,17 @@ def run_sweep(command: list, log: Path) -> int:
         try:
             for line in sweep.stdout:
                 written.write(line)
-                if line.startswith(("[sweep] job", "error:")):
-                    print(line.rstrip(), flush=True)
+                verdict = verdict_of_job_line(line)
+                if progress and verdict is not None:
+                    progress.ended(verdict)
+                elif verdict is not None or line.startswith("error:"):
+                    say(line.rstrip())
             code = sweep.wait()
             return EXIT_INTERRUPTED if interrupted else code  # however the sweep ended, the check was interrupted
         finally:
             signal.signal(signal.SIGINT, previous)
+            if progress:
+                progress.close()
 
 
 def main(argv: list) -> int:
@@ -228,13 +242,17 @@ def main(argv: list) -> int:
                            f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{plan['framework']}-{plan['fix']}").resolve()
     ran = [s["name"] for s in plan["scenarios"] if not s["cannot"]]
     print(f"race-lab check: {len(ran)} scenario(s) x {plan['repeats']} run(s) into {out}", flush=True)
-    code = run_sweep(sweep_command(plan["argv"], plan, out), out / "check.log") if ran else 0
+    code = run_sweep(sweep_command(plan["argv"], plan, out), out / "check.log", len(ran) * plan["repeats"],
+                     plan["job_lines"]) if ran else 0
     if code == EXIT_INTERRUPTED or code < 0:
         print(f"interrupted: the runs so far are in {out}", file=sys.stderr)
         return EXIT_INTERRUPTED
     checked = result(plan, summaries_by_scenario(out), read_measured(plan["framework"]))
     write_json_atomic(out / "check.json", checked)
     (out / "check.md").write_text(markdown(checked), encoding="utf-8")
+    if not plan["keep_runs"]:  # a run that held keeps its records; the report and matrix.html made again from them
+        prune(out)
+        report_again(out)
     (out / "check.html").write_text(check_page(checked, "matrix.html" if (out / "matrix.html").exists() else ""),
                                     encoding="utf-8")  # reads without JavaScript; the runs' grid is matrix.html
     print(card(checked, shutil.get_terminal_size((WIDTH, 24)).columns), flush=True)

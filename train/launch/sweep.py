@@ -1,6 +1,7 @@
-"""Hydra callback for sweeps (-m): one line per job as it ends (the point, the verdict, its seconds),
-with a progress bar and an estimate of the time left when the console is a terminal; plain lines
-in a log or CI. Each job's timeline.png is drawn by a low-priority thread while the next job runs.
+"""Hydra callback for sweeps (-m): the jobs' progress (train/launch/progress.py: a bar on a terminal, a line every
+tenth of the jobs in a log or CI), or with launch.job_lines=true one line per job as it ends (the point, the verdict,
+its seconds: race-lab check's sweep writes these to check.log and reads them). Each job's timeline.png is drawn by a
+low-priority thread while the next job runs.
 After the last job it writes the sweep report and prints its table. Exits 1 at
 the end when a job had a bad config, crashed, or missed its `expect`; a job whose verdict is race
 is a result.
@@ -29,6 +30,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 
+from train.launch.progress import JobsProgress
+
 HYDRA_LAUNCHER_LOGS = ("hydra._internal.core_plugins.basic_launcher",  # "Launching N jobs", "#k : point"
                        "hydra_plugins.hydra_joblib_launcher._core")  # the same, side by side
 JOBS_DIR = ".jobs"  # in the sweep dir: one <num>.json per ended job, when jobs run side by side
@@ -42,19 +45,19 @@ def count_jobs(task_overrides) -> int:
     return sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
 
 
+JOB_LINE = "[sweep] job "
+
+
 def job_line(k: int, total: int, point: str, verdict: str, seconds: float) -> str:
-    return f"[sweep] job {k} of {total}: {point}  {verdict}  {seconds:.1f} s"
+    return f"{JOB_LINE}{k} of {total}: {point}  {verdict}  {seconds:.1f} s"
 
 
-def progress_bar(done: int, total: int, seconds_left, width: int = 24) -> str:
-    filled = round(width * done / total) if total else width
-    left = "" if seconds_left is None else f"  ~{format_duration(seconds_left)} left"
-    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} jobs{left}"
-
-
-def format_duration(seconds: float) -> str:
-    seconds = max(0, round(seconds))
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+def verdict_of_job_line(line: str):
+    """The verdict a job_line gives ('race', 'clean (bad config)', 'crashed'), or None for any other line."""
+    if not line.startswith(JOB_LINE):
+        return None
+    parts = line.rstrip("\n").split("  ")
+    return parts[-2] if len(parts) >= 3 and parts[-1].endswith(" s") else None
 
 
 DRAWING_NICE = 10  # the drawing thread's nice: the ranks get >90% of a core it shares with them; 19 (1.5%) let one
@@ -165,20 +168,21 @@ def planned(callbacks, total: int, left_out: int):
 class SweepProgress(Callback):
     total = None  # set when a sweep starts; a single run (no -m) leaves it None and is left alone
     in_worker = False  # True in the copy that a side-by-side job's worker process gets
+    progress = None  # the jobs' progress (begin), unless launch.job_lines or echo_ranks print a line per job
 
     def __getstate__(self):
         """The copy that goes to a worker with each side-by-side job: no threads, no open files."""
         return {"total": self.total, "sweep_dir": getattr(self, "sweep_dir", None), "in_worker": True,
-                "echo": getattr(self, "echo", False), "tty": False}
+                "echo": getattr(self, "echo", False)}
 
     def on_multirun_start(self, config, **kwargs):
         self.total = count_jobs(config.hydra.overrides.task)  # race-lab's sweeper then says how many run (begin)
         self.sweep_dir = Path(config.hydra.sweep.dir)
-        self.ended, self.failed, self.durations = 0, [], []
+        self.ended, self.failed, self.progress = 0, [], None
         self.drawing, self.timelines = ThreadPoolExecutor(1, "timelines", draw_at_low_priority), {}
         self.over = threading.Event()
         self.echo = bool(config.get("launch", {}).get("echo_ranks", False))
-        self.tty = sys.stdout.isatty()
+        self.job_lines = self.echo or bool(config.get("launch", {}).get("job_lines", False))
         self.side_by_side = side_by_side(config.hydra)
         if not self.echo:  # Hydra's own line per job would repeat ours
             for name in HYDRA_LAUNCHER_LOGS:
@@ -196,6 +200,8 @@ class SweepProgress(Callback):
         self.total = total
         not_run = f"; {left_out} n/a job{'s' * (left_out != 1)} left out, not run (not_run.json)" if left_out else ""
         print(f"[sweep] {self.total} jobs into {self.sweep_dir}{self.at_a_time}{not_run}", flush=True)
+        if not self.job_lines:
+            self.progress = JobsProgress(self.total, "[sweep]")
         if self.side_by_side:
             self.signal = None  # the signal that stopped the sweep
             for signum in (signal.SIGINT, signal.SIGTERM):  # the jobs run elsewhere: pass it on, then wait
@@ -220,8 +226,6 @@ class SweepProgress(Callback):
         k = config.hydra.job.num + 1
         if self.echo:
             print(f"\n[sweep] job {k} of {self.total}: {point}", flush=True)
-        elif self.tty and not self.in_worker:
-            self.draw_bar(f"  job {k}: {point}")
 
     def on_job_end(self, config, job_return, **kwargs):
         if self.total is None:
@@ -252,9 +256,8 @@ class SweepProgress(Callback):
             self.returned.wait(0.1)
 
     def job_ended(self, k: int, point: str, status: str, seconds: float, output_dir: str, draw_now=False):
-        """One job's line, its timeline drawn at low priority; after the last job, the report."""
+        """One job's line (or the progress), its timeline drawn at low priority; after the last job, the report."""
         self.ended += 1
-        self.durations.append(seconds)
         if status not in ("ok", "n/a"):
             self.failed.append(f"job {k} ({point}): {status}")
         run_dir = Path(output_dir)
@@ -262,12 +265,11 @@ class SweepProgress(Callback):
             self.timelines[run_dir] = self.drawing.submit(draw_timeline_now, run_dir)
         else:
             self.timelines[run_dir] = self.drawing.submit(draw_once_launched, run_dir, self.over)
-        line = job_line(k, self.total, point, job_verdict(output_dir, status), seconds)
-        if self.tty and not self.echo:
-            sys.stdout.write("\r\033[K")  # the bar's line becomes the job's
-        print(line, flush=True)
-        if self.tty and not self.echo and self.ended < self.total:
-            self.draw_bar()
+        verdict = job_verdict(output_dir, status)
+        if self.progress is not None:
+            self.progress.ended(verdict)
+        else:
+            print(job_line(k, self.total, point, verdict, seconds), flush=True)
         if self.ended == self.total and not self.side_by_side:  # here, not on_multirun_end, which Hydra
             self.finish()  # skips when a job raised
 
@@ -283,6 +285,7 @@ class SweepProgress(Callback):
         stop_workers(kill=self.signal is not None)
         self.returned.set()
         self.watcher.join()  # it has read every job's file: the last written before the launcher returned
+        self.close_progress()
         if self.signal:  # as a sweep in one process ends on an interrupt: no report, exit 130
             print(f"\n[sweep] stopped by {self.signal}; the jobs that ran are in {self.sweep_dir}",
                   file=sys.stderr, flush=True)
@@ -290,19 +293,14 @@ class SweepProgress(Callback):
             sys.exit(130)
         self.finish()
 
-    def seconds_left(self):
-        if not self.durations:
-            return None
-        return sum(self.durations) / len(self.durations) * (self.total - self.ended)
-
-    def draw_bar(self, running: str = ""):
-        bar = progress_bar(self.ended, self.total, self.seconds_left()) + running
-        sys.stdout.write("\r\033[K" + bar)
-        sys.stdout.flush()
+    def close_progress(self):
+        if self.progress is not None:
+            self.progress.close()
 
     def finish(self):
         from train.report.runs import write_report
 
+        self.close_progress()
         self.over.set()
         self.drawing.shutdown(wait=True, cancel_futures=True)  # the queued ones are drawn below, at full priority
         drawn = {run for run, done in self.timelines.items()
