@@ -12,27 +12,17 @@ not torch elastic (which starts this driver once). The storage is the local disk
 Ray's own fate sharing with the driver that started them (tests/e2e/frameworks/test_ray_train.py checks both).
 
 ray is imported when the driver runs, not when the forkserver imports this module (its preload): the forkserver
-that forks every rank stays without Ray. The dispatch (BY_FIX) is here for the same reason: the contract's tests
-read it without importing Ray.
+that forks every rank stays without Ray. The dispatch (BY_FIX, ways.py) is named here, the workload's module, for
+the contract's tests, which read it without importing Ray.
 """
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
+from train.frameworks.ray_train.ways import BY_FIX  # noqa: F401  (the workload's dispatch, read by the contract's tests)
 from train.toolkit.rank import Rank, checkpoint_dir
 
-
-@dataclass(frozen=True)
-class Way:
-    """How the loop resumes for one fix: each field one difference from Ray's own resume."""
-    newest_folder: bool = False  # the newest checkpoint_* folder on storage, not Ray's record
-    leads: bool = False  # the helper users copy (rank0_leads.py)
-
-
-# the dispatch: fix.name -> how the loop does it (framework.py names these fixes, and why it lacks others)
-BY_FIX = {"as_shipped": Way(), "in_place": Way(newest_folder=True), "rank0_leads": Way(leads=True)}
 
 LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 TEMP_MAX = 40  # characters: Ray's unix sockets, <temp>/session_<time>_<pid>/sockets/plasma_store, must fit in 107

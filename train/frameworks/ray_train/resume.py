@@ -40,8 +40,8 @@ from train.events import EventLog, attempt, set_attempt
 from train.faults import Faults
 from train.fixes import SyncFailed, watched
 from train.frameworks.ray_train import seams
-from train.frameworks.ray_train.driver import BY_FIX
 from train.frameworks.ray_train.rank0_leads import MARKER, Rank0Checkpoints
+from train.frameworks.ray_train.ways import BY_FIX
 from train.toolkit.errors import error_fields
 from train.toolkit.model import digits_split, small_cnn, weights_digest
 from train.toolkit.rank import Rank, checkpoint_dir, node_disk, say
