@@ -48,6 +48,15 @@ def lead_own_session():
     os.setsid()
 
 
+_AT_SESSION_END = []  # what end_own_session does once the session's processes are gone
+
+
+def at_session_end(do):
+    """Have end_own_session call `do()` once it killed the session: a driver's cleanup that must also happen when it
+    is stopped at once (Ray's temp dir outside the run dir)."""
+    _AT_SESSION_END.append(do)
+
+
 def end_own_session():
     """SIGKILL every other process of the session this one leads (lead_own_session), until none is left: a Ray
     worker that was still starting when its raylet died kept running for up to a minute after a stopped run.
@@ -66,4 +75,6 @@ def end_own_session():
                 except (ProcessLookupError, PermissionError):
                     pass
         if not found:
-            return
+            break
+    for do in _AT_SESSION_END:
+        do()

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from train.frameworks.ray_train.ways import BY_FIX  # noqa: F401  (the workload's dispatch, read by the contract's tests)
+from train.process import at_session_end
 from train.toolkit.rank import Rank, checkpoint_dir
 
 
@@ -48,6 +49,7 @@ def fit_and_resume(rank: Rank):
     temp = Path(rank.run_dir).resolve() / "ray"
     if len(str(temp)) > TEMP_MAX:
         temp = Path(tempfile.mkdtemp(prefix="race-lab-ray-"))
+        at_session_end(lambda: shutil.rmtree(temp, ignore_errors=True))  # also when the driver is stopped at once
     ray.init(num_cpus=cfg["world_size"], include_dashboard=False, _temp_dir=str(temp), configure_logging=False,
              log_to_driver=True)
     try:
@@ -63,5 +65,3 @@ def fit_and_resume(rank: Rank):
         trainer.fit()
     finally:
         ray.shutdown()
-        if temp.parent != Path(rank.run_dir).resolve():
-            shutil.rmtree(temp, ignore_errors=True)
