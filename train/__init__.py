@@ -12,7 +12,7 @@ The story, in reading order (.importlinter holds the layers: each part imports o
                  framework's adapter (worker.py), what any code of the rank does to checkpoint files, seen through
                  Python's audit hooks (observe.py), what the forkserver imports once (preload.py)
   frameworks/    the framework axis: one package per framework (fastai, lightning, transformers, accelerate,
-                 torch_loop), each with its load-best and resume adapters, faults at its public seams
+                 torch_loop, deepspeed, ray_train), each with its load-best and resume adapters, faults at its public seams
   fixes.py       the fix axis: each fix written once as a strategy (atomic write, broadcast, agree, dcp ...)
   faults.py      the scenario axis: what goes wrong, placed on purpose at named points (configs/scenario/)
   toolkit/       what adapters and fixes are handed: the rank's context (rank.py), errors as event fields

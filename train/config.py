@@ -52,7 +52,7 @@ class FaultConfig:
                                           "SIGKILL at this epoch's save (crash_mid_save, pointer_first, resume_disagree)", min=0,
                                     only={"workload": ["resume"]})
     kill_at: str = key("mid_write", "where: halfway through writing the checkpoint, or once its save is complete; "
-                                    "before_shard: rank 1, before its shard lands (framework=deepspeed, shard_lost)",
+                                    "before_shard: rank 1, before its shard lands (a framework with sharded_state, shard_lost)",
                        choices=["mid_write", "after_save", "before_shard"], only={"workload": ["resume"]})
     stale_listing: bool = key(False, "after a restart, every rank but 0 lists the checkpoints as a stale directory "
                                      "cache would: without the newest (resume_disagree)",

@@ -112,6 +112,10 @@ class Faults:
 
         return self.fault["kill_epoch"] == epoch and self.fault["kill_at"] == "before_shard" and attempt() == 0
 
+    def kills_before_shard(self, epoch: int) -> bool:
+        """Whether before_shard kills this rank at this epoch's save (rank 1, kill_at=before_shard, first attempt)."""
+        return self._shard_at(epoch) and self.rank == 1
+
     def shards_committed(self, epoch: int, tag: str):
         """A sharded save (framework=deepspeed) on rank 0, where its engine commits the checkpoint, right before it
         would write the tag file. kill_at=before_shard: says so on the rendezvous store, for before_shard."""
@@ -129,7 +133,7 @@ class Faults:
             default_store().wait([f"race-lab/shards/committed/{tag}"], timedelta(seconds=timeout_s))
         except (RuntimeError, dist.DistError):
             pass
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + (2.0 if latest else 0.0)  # latest None: no tag file (framework=ray_train)
         while time.monotonic() < deadline:
             try:
                 if open(latest).read().strip() == tag:

@@ -107,8 +107,8 @@ def test_the_folder_probe_leaves_nothing_behind(tmp_path):
     ([RESUMES, "framework=torch_loop", "fault.kill_epoch=3"],
      "fault.kill_epoch=3: the run has epochs=3 (0..2), so the planted crash would never happen"),
     ([RESUMES, "framework=torch_loop", "fault.kill_epoch=1", "fault.kill_at=before_shard"],
-     "fault.kill_at=before_shard: only framework=deepspeed writes a shard on every rank; framework=torch_loop never "
-     "gets there, so the planted crash would never happen (mid_write or after_save)"),
+     "fault.kill_at=before_shard: only a framework with sharded_state writes a shard on every rank; "
+     "framework=torch_loop never gets there, so the planted crash would never happen (mid_write or after_save)"),
     (["scenario=async_top_k", "framework=lightning", "fault.async_fault=in_flight"],
      "fault.async_fault=in_flight: only framework=torch_loop has that point; framework=lightning never gets there, "
      "so the planted fault would never happen"),

@@ -87,6 +87,10 @@ class Framework:
     own_lacks: ClassVar[Mapping[str, str]] = {}  # capability -> why a class of yours cannot be run where it is needed
     preload: ClassVar[tuple[str, ...]] = ()  # what the forkserver imports before the workloads' modules
     config: ClassVar[Mapping[str, Any]] = {}  # a framework with no configs/framework/ file: what its option sets
+    # it starts its own worker processes (Ray): race-lab's launcher starts one driver process, which runs the workload
+    # and starts world_size workers of the framework's own; each records its events as a rank, and the framework
+    # restarts them (launch.max_restarts), not torch elastic
+    own_workers: ClassVar[bool] = False
 
     def run(self, workload: str, rank: Any) -> Any:
         """Train, save and load for this workload with the framework's own code (imports it)."""

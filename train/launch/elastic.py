@@ -18,6 +18,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from train.events import EventLog, read_events
+from train.frameworks.registry import get as framework_named
 from train.judge.crash_loop import crash_loop
 from train.launch.forkserver import ensure_forkserver, framework_modules, start_now as start_forkserver_now
 from train.launch.nodes import rank_start_method
@@ -232,11 +233,14 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
     """Start the ranks and wait for them. Returns ok | failed | interrupted | timeout | crash_loop | harness_error.
     Each rank's output goes to logs/ in the run dir, and with echo to the console too."""
     nodes = cfg["nnodes"]
+    # a framework that starts its own workers (Ray) gets one driver process a node, which it restarts itself
+    own_workers = framework_named(cfg["framework"]["name"]).own_workers
     launch_cfg = LaunchConfig(
-        min_nodes=nodes, max_nodes=nodes, nproc_per_node=cfg["world_size"] // nodes, run_id=cfg["rdzv"]["id"],
+        min_nodes=nodes, max_nodes=nodes, nproc_per_node=1 if own_workers else cfg["world_size"] // nodes,
+        run_id=cfg["rdzv"]["id"],
         rdzv_backend="c10d", rdzv_endpoint=cfg["rdzv"]["endpoint"],
         rdzv_configs={"join_timeout": cfg["timeout"]["collective_s"], "read_timeout": cfg["timeout"]["collective_s"]},
-        max_restarts=cfg["launch"]["max_restarts"], monitor_interval=0.02, start_method=rank_start_method(cfg),
+        max_restarts=0 if own_workers else cfg["launch"]["max_restarts"], monitor_interval=0.02, start_method=rank_start_method(cfg),
         shutdown_timeout=SHUTDOWN_S,
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL,
                                     tee=Std.ALL if echo else Std.NONE),

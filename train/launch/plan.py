@@ -102,6 +102,9 @@ def framework_cannot(cfg: dict):
         why = framework.why_lacking(need)
         if why:
             return f"needs {need}; {framework.name} has none: {why}"
+    if framework.own_workers and cfg["nnodes"] > 1:
+        return (f"needs {cfg['nnodes']} nodes; {framework.name} starts its own workers from one driver (its "
+                "contract's own_workers): race-lab runs it on one node")
     return None
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from train.config import ConfigError, lookup
 from train.launch import nodes
 from train.launch.own_class import check_kwargs, check_own_class
-from train.launch.plan import make_plan
+from train.launch.plan import make_plan, the_framework
 
 EXIT_EXPECT_MISMATCH, EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED = 1, 2, 3, 130
 _started = threading.Event()  # set once a run dir is claimed: from then on errors are the run's, not the input's
@@ -121,9 +121,10 @@ def check_limits(cfg: dict) -> None:
         raise ConfigError(f"fault.kill_epoch={kill}: the run has epochs={epochs} (0..{epochs - 1}), so the planted "
                           "crash would never happen")
     framework = cfg["framework"]["name"]
-    if kill is not None and cfg["fault"]["kill_at"] == "before_shard" and framework != "deepspeed":
-        raise ConfigError(f"fault.kill_at=before_shard: only framework=deepspeed writes a shard on every rank; "
-                          f"framework={framework} never gets there, so the planted crash would never happen "
+    if kill is not None and cfg["fault"]["kill_at"] == "before_shard" and \
+            "sharded_state" not in the_framework(cfg).provides:
+        raise ConfigError(f"fault.kill_at=before_shard: only a framework with sharded_state writes a shard on every "
+                          f"rank; framework={framework} never gets there, so the planted crash would never happen "
                           "(mid_write or after_save)")
     async_fault = cfg["fault"]["async_fault"] if cfg["checkpoint"]["async_save"] else None
     theirs = "lightning" if async_fault == "slow_write" else "torch_loop"

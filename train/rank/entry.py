@@ -8,7 +8,7 @@ import threading
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from train.process import end_with_parent
+from train.process import end_own_session, end_with_parent
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
@@ -52,6 +52,7 @@ def stop_at_once_on_signal(run_dir: str):
 
             EventLog(run_dir, int(os.environ["RANK"])).record_last("interrupted", signal=signal.Signals(signum).name)
         finally:
+            end_own_session()  # a driver's own workers (train/rank/worker.py run_driver); a rank leads none
             os._exit(128 + signum)
 
     threading.Thread(target=take, name="stop-on-signal", daemon=True).start()

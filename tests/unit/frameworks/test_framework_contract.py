@@ -11,7 +11,7 @@ import pytest
 from train.frameworks.base import CAPABILITIES, Framework
 from train.frameworks.registry import NotAFramework, get, names
 
-LIBRARIES = ("torch", "fastai", "pytorch_lightning", "lightning", "transformers", "accelerate", "deepspeed")
+LIBRARIES = ("torch", "fastai", "pytorch_lightning", "lightning", "transformers", "accelerate", "deepspeed", "ray")
 
 
 def test_every_contract_loads_without_importing_its_framework_or_torch():
@@ -81,7 +81,9 @@ def test_race_labs_own_frameworks_are_found_from_a_checkout_not_installed_as_a_p
     monkeypatch.setattr(registry, "entry_points", lambda group: [])
     registry.frameworks.cache_clear()
     try:
-        assert {"fastai", "lightning", "transformers", "accelerate", "torch_loop", "deepspeed"} == set(registry.names())
+        assert {"fastai", "lightning", "transformers", "accelerate", "torch_loop", "deepspeed", "ray_train"} == set(
+            registry.names()
+        )
         assert registry.frameworks()["fastai"].value == "train.frameworks.fastai:Fastai"
     finally:
         registry.frameworks.cache_clear()

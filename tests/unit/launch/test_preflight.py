@@ -44,8 +44,10 @@ def test_a_crash_the_run_never_reaches_is_refused():
         f"fault.kill_epoch={epochs}: the run has epochs={epochs} (0..{epochs - 1}), so the planted crash would never "
         "happen")
     shard = with_(composed(), fault__kill_epoch=0, fault__kill_at="before_shard")
-    assert refused(pf.check_limits, shard).startswith("fault.kill_at=before_shard: only framework=deepspeed writes")
+    assert refused(pf.check_limits, shard).startswith(
+        "fault.kill_at=before_shard: only a framework with sharded_state writes")
     pf.check_limits(with_(shard, framework__name="deepspeed"))
+    pf.check_limits(with_(shard, framework__name="ray_train"))  # its contract provides sharded_state too
     pf.check_limits(with_(composed(), fault__kill_at="before_shard"))  # no kill planted: nothing to refuse
 
 
