@@ -129,7 +129,7 @@ def test_readme_is_a_front_page():
         "```bash",
         "make install && make run     # set up .venv from the lock, then run the seed race with two fixes side by "
         "side",
-        "make test                    # the whole test suite, as CI runs it: real multi-rank gloo jobs on CPU (~25 "
+        "make test                    # the whole test suite, as CI runs it: real multi-rank gloo jobs on CPU (~35 "
         "min)",
         "```"], "README opens with the two commands: make install && make run, and make test"
 
