@@ -53,7 +53,7 @@ REPEATS  ?= 2
 WORLD    ?= 3
 sweep: install ## sweep skew x fix (SKEWS=, FIXES=, REPEATS=, WORLD=, JOBS=, ARGS=); writes a report
 	$(PY) -m train -m skew.seconds=$(SKEWS) fix=$(FIXES) world_size=$(WORLD) \
-		'repeat=range($(REPEATS))' hydra.sweep.dir=runs/sweep/$(NOW) $(call jobs,$(JOBS)) $(ARGS)
+		'repeat=range($(REPEATS))' 'hydra.sweep.dir=$${fresh:runs/sweep/$(NOW)}' $(call jobs,$(JOBS)) $(ARGS)
 
 # The scenario x fix matrix. Its defaults differ from sweep's: every scenario and fix (but fix=own, which
 # needs a class of yours: fix._target_), 2 ranks, 5 repeats.
@@ -69,7 +69,7 @@ matrix: install ## scenario x fix (x framework), 5 repeats a cell, one Hydra mul
 	$(PY) -m train -m scenario=$(call given,SCENARIOS,$(call options,scenario)) \
 		fix=$(call given,FIXES,$(call given,VARIANTS,$(call options,fix,own))) framework=$(call given,FRAMEWORKS,fastai) \
 		world_size=$(call given,WORLD,2) $(settled) \
-		'repeat=range($(call given,REPEATS,5))' hydra.sweep.dir=$(call given,DIR,runs/matrix/$(NOW)) $(call jobs,$(call given,JOBS,$(VERDICT_JOBS))) $(ARGS)
+		'repeat=range($(call given,REPEATS,5))' 'hydra.sweep.dir=$(call given,DIR,$${fresh:runs/matrix/$(NOW)})' $(call jobs,$(call given,JOBS,$(VERDICT_JOBS))) $(ARGS)
 
 # What race-lab check reads to say which fixes hold a race: one framework's matrix, kept in docs/measured/ as its
 # sweep wrote it (train/report/measured.py sums every file of a framework).

@@ -25,6 +25,7 @@ from pathlib import Path
 from train.config import ConfigError, check
 from train.frameworks.registry import register_configs
 from train.launch.defaults import CONFIGS, options, with_defaults_filled
+from train.launch.folders import fresh_folder
 from train.launch.plan import check_config, framework_cannot, not_applicable, the_framework
 from train.launch.preflight import EXIT_BAD_CONFIG, EXIT_HARNESS, EXIT_INTERRUPTED, check_limits, check_used
 from train.launch.progress import JobsProgress
@@ -258,20 +259,6 @@ def main(argv: list) -> int:
     print(card(checked, shutil.get_terminal_size((WIDTH, 24)).columns), flush=True)
     print(f"card: {out / 'check.md'} and {out / 'check.html'}; runs to click through: {out / 'matrix.html'}", flush=True)
     return {"safe": EXIT_SAFE, "unsafe": EXIT_UNSAFE}.get(checked["verdict"], EXIT_HARNESS)
-
-
-def fresh_folder(base: Path) -> Path:
-    """A new folder named base, or base-2, base-3, ...: made by this process alone (mkdir either makes it or
-    fails), so two checks started in the same second from one folder (parallel CI jobs) never share one."""
-    base.parent.mkdir(parents=True, exist_ok=True)
-    for n in range(1, 10_000):
-        folder = base if n == 1 else base.with_name(f"{base.name}-{n}")
-        try:
-            folder.mkdir()
-        except FileExistsError:
-            continue
-        return folder
-    raise FileExistsError(f"{base}: 9999 folders of that name already")
 
 
 def cli(argv: list):

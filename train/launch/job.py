@@ -20,6 +20,7 @@ from train.frameworks.registry import register_configs
 from train.launch import nodes, sweep
 from train.launch.defaults import a_command_that_runs
 from train.launch.experiment import run_experiment
+from train.launch.folders import register as register_folders
 from train.launch.plan import n_a_line, not_applicable, this_machine
 from train.launch.preflight import (
     EXIT_BAD_CONFIG,
@@ -130,6 +131,7 @@ def run_job(dict_cfg) -> str:
 
 
 register_configs(CONFIGS)  # `framework=<name>` for a framework of yours, registered with no file in configs/
+register_folders()  # ${fresh:...}: the default run and sweep dirs (folders.py)
 main = hydra.main(config_path=str(CONFIGS), config_name="train", version_base="1.3")(run_job)
 
 

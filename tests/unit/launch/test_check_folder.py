@@ -3,7 +3,7 @@ same second from one folder, as parallel CI jobs in one workspace do (before, bo
 runs/check/<second>-<framework>-<fix>/, and one check.json was left for two checks)."""
 from concurrent.futures import ThreadPoolExecutor
 
-from train.launch.check import fresh_folder
+from train.launch.folders import fresh_folder
 
 
 def test_checks_started_together_each_get_a_new_folder_of_their_own(tmp_path):
