@@ -267,12 +267,57 @@ def test_keep_splits_glued_lines_sorts_by_attempt_and_rank_and_makes_paths_relat
 
 def test_judge_says_still_present_gone_or_error():
     run = tool.Run("cmd", expect=lambda ls, rcs: "sick" in ls and rcs == (0,),
-                   gone=lambda ls, rcs: "healthy" in ls)
+                   gone=lambda ls: "healthy" in ls)
     finding = tool.Finding("x", "x.md", "x", ("torch",), [run])
     assert tool.judge(finding, [(run, ["sick"], (0,))]) == "still present"
     assert tool.judge(finding, [(run, ["healthy"], (0,))]) == "gone"
     assert tool.judge(finding, [(run, ["sick"], (1,))]) == "error"  # the symptom with another exit code
-    assert tool.judge(finding, [(run, [], (124,))]) == "error"
+    assert tool.judge(finding, [(run, [], (-9,))]) == "error"  # killed at the time limit, nothing printed
+    assert tool.judge(finding, [(run, ["healthy"], (1,))]) == "error"  # healthy lines, then a crash
+    two = tool.Run("cmd", expect=lambda ls, rcs: False, gone=lambda ls: "healthy" in ls, nodes=2)
+    assert tool.judge(tool.Finding("x", "x.md", "x", ("torch",), [two]), [(two, ["healthy"], (0, -9))]) == "error"
+
+
+def captured(name):
+    """docs/findings/output/<name>.txt read back as judge() takes it: [(run, lines, exit codes)], one a command."""
+    finding = FINDINGS[name]
+    blocks = (tool.OUTPUT / f"{name}.txt").read_text().split("\n\n$ ")[1:]
+    assert len(blocks) == len(finding.runs), name
+    results = []
+    for run, block in zip(finding.runs, blocks):
+        command, *lines, exit_line = block.rstrip("\n").split("\n")
+        assert command.startswith(run.command), (name, command)
+        rcs = re.fullmatch(r"\(exit codes? ([-\d, ]+)\)", exit_line).group(1)
+        results.append((run, lines, tuple(int(rc) for rc in rcs.split(", "))))
+    return results
+
+
+@pytest.mark.parametrize("name", sorted(FINDINGS))
+def test_the_predicates_judge_the_captured_output_still_present(name):
+    """What the page shows is what the predicates call the symptom: one that drifted from the output fails here."""
+    results = captured(name)
+    text = (tool.OUTPUT / f"{name}.txt").read_text()
+    assert tool.render(FINDINGS[name], "still present", results) == text, "read back whole"
+    assert tool.judge(FINDINGS[name], results) == "still present"
+    assert not any(run.gone and run.gone(lines) for run, lines, _ in results), "the symptom read as healthy"
+
+
+CRASHES = {  # how a run ends that proves nothing: (its lines, its exit codes) from the captured ones
+    "killed at the time limit, nothing printed": lambda lines, rcs: ([], tuple(-9 for _ in rcs)),
+    "killed at the time limit after its lines": lambda lines, rcs: (lines, tuple(-9 for _ in rcs)),
+    "exit 1 before any line": lambda lines, rcs: ([], tuple(1 for _ in rcs)),
+    "exit 0 with its lines missing": lambda lines, rcs: ([], tuple(0 for _ in rcs)),
+}
+
+
+@pytest.mark.parametrize("crash", sorted(CRASHES))
+@pytest.mark.parametrize("name", sorted(FINDINGS))
+def test_a_run_that_crashes_or_times_out_is_an_error_not_gone(name, crash):
+    """Each run in turn ends so, the others as captured: `error`, never `gone`."""
+    results = captured(name)
+    for i, (run, lines, rcs) in enumerate(results):
+        broken = results[:i] + [(run, *CRASHES[crash](lines, rcs))] + results[i + 1:]
+        assert tool.judge(FINDINGS[name], broken) == "error", (name, run.command, crash)
 
 
 def test_render_names_the_versions_every_command_and_its_exit_codes():
