@@ -64,6 +64,14 @@ class Finding:
     extras: list[tuple[str, int, int]] = field(default_factory=list)  # (regex, attempt, rank) of framework lines
     drop: str | None = None  # kept lines that depend on timing (a rank killed by the agent after another died)
     files: tuple[str, ...] = ()  # other files of repros/ the commands use (a patch), copied in beside the repro
+    report_run: int = 0  # the run whose command a report gives as its one command (one_command)
+
+
+def one_command(run: Run) -> str:
+    """The run's command as a reader pastes it: two agents on one host as one shell line, on a fixed local port."""
+    if run.nodes == 1:
+        return run.command
+    return f"for n in 0 1; do {run.command.replace('HOST', '127.0.0.1')} & done; wait"
 
 
 def has(lines, *texts):
@@ -194,7 +202,8 @@ FINDINGS = [
          Run(patched("deepspeed_node_local.diff", f"{N2} deepspeed_node_local.py use_node_local_storage"), nodes=2,
              expect=both(lambda ls: has(ls, "rank 1: load_checkpoint returned node1/global_step5/mp_rank_00_model_"
                                             "states.pt", "rank 1: global_steps 6 after one more step"), codes(0, 0)))],
-        extras=[(r"Unable to find latest file at node1/latest", 0, 1)], files=("deepspeed_node_local.diff",)),
+        extras=[(r"Unable to find latest file at node1/latest", 0, 1)], files=("deepspeed_node_local.diff",),
+        report_run=1),  # the regression: use_node_local_storage on two nodes
     Finding(
         "deepspeed_latest_first", "deepspeed.md",
         "save_checkpoint writes `latest` before the other ranks' partitions: every restart dies on the missing one",
