@@ -6,11 +6,13 @@ cited source line moved; every upstream number cited in docs/ and configs/ is in
 list; and the repros, run for real with torchrun, still show their symptom with the exit code the page gives, and
 print exactly what the page shows.
 
-Fast: the pages, the reports, the list and tools/findings.py's own logic (no ranks). Slow: the two quick repros
-(accelerate, about half a minute each), each run once for all its assertions. The other twelve (restarts, two-node
-launches, patched copies, torch's async saves; 15 minutes and more together on a loaded 2-core machine, past what
-CI's budget allows) run under
-RACE_LAB_FINDINGS=all, and always in `make findings`, which exits 1 unless each shows its symptom and exit code.
+Fast: the pages, the reports, the list and tools/findings.py's own logic (no ranks), its predicates included, on
+the captured outputs. Slow: the two quick repros (accelerate, about half a minute each), each run once for all its
+assertions. The other twelve (restarts, two-node launches, patched copies, torch's async saves; 15 minutes and more
+together on a loaded 2-core machine, past what CI's budget allows) run under RACE_LAB_FINDINGS=all, and in `make
+findings`. That exits 1 when a finding is `error` (a crash, a timeout, neither its symptom nor its healthy outcome),
+when a finding a report rests on is not `still present`, or when a cited source line moved; a finding no report
+rests on that is `gone` is printed as gone, exit 0 (exit 1 only with --expect-present).
 """
 import importlib.util
 import os
