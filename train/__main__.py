@@ -50,19 +50,22 @@ def cli():
         exit_without_teardown(130)
 
 
-def import_torch_taking_sigint_after():
-    """import torch (and numpy, which its C init imports), with a Ctrl-C during it taken once it is done (about 2 s
-    here). A KeyboardInterrupt raised inside it was dropped by torch's C init (its numpy import: the run went on
-    to its verdict, exit 0) or aborted the process from a C++ callback (pybind11: SIGABRT, exit -6)."""
-    came = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+def import_torch_stopping_at_sigint():
+    """import torch (and numpy, which its C init imports); a Ctrl-C during it (about 2 s here, more on a loaded
+    machine) ends the process from the handler at once, exit 130: nothing but the forkserver has started, which the
+    exit stops. A KeyboardInterrupt raised inside the import was dropped by torch's C init (its numpy import: the
+    run went on to its verdict, exit 0) or aborted the process from a C++ callback (pybind11: SIGABRT, exit -6);
+    the handler raises none, and os._exit leaves the half-imported torch untouched."""
+    def stop(signum, frame):
+        print("interrupted: stopped by SIGINT", file=sys.stderr)
+        exit_without_teardown(130)
+
+    previous = signal.signal(signal.SIGINT, stop)
     try:
         import numpy  # noqa: F401
         import torch  # noqa: F401
     finally:
         signal.signal(signal.SIGINT, previous)
-    if came:
-        raise KeyboardInterrupt
 
 
 def run_cli():
@@ -83,7 +86,7 @@ def run_cli():
     from train.launch.forkserver import start_forkserver
 
     start_forkserver(sys.argv[1:])  # its preload overlaps the launcher's own start-up (torch, Hydra)
-    import_torch_taking_sigint_after()
+    import_torch_stopping_at_sigint()
     from train.launch.preflight import EXIT_BAD_CONFIG, started
     from train.launch.job import main
     from train.launch.hydra_errors import config_error_line

@@ -1,6 +1,6 @@
 """Benchmark: time to verdict, each figure beside its goal (issue 9), recorded to a file.
 
-  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier,hang,frameworks,nodes,matrix]
+  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier,hang,interrupt,frameworks,nodes,matrix]
                          [--frameworks lightning,transformers,accelerate,deepspeed]
   (make bench)
 
@@ -19,6 +19,10 @@
 - hang: a sweep of scenario=disagree fix=barrier (2 ranks), --repeats jobs: rank 0 waits in a barrier that
   rank 1 went past. Per job, from its events, the moment the hang was certain (the hang event's certain_at:
   rank 0 in the barrier and rank 1 at the end, train/toolkit/hang.py) to the run's end (launch_end); the median.
+- interrupt: a terminal's Ctrl-C (SIGINT to the whole process group), --repeats times at each of three moments:
+  0.3 s into start-up (started as a shell's `&` starts it, SIGINT ignored), a run's two ranks fitting (skew 3 s),
+  and a check (framework=torch_loop) 1 s after its first rank started. Seconds from the signal to the exit; the
+  figure is the slowest moment's median, only when every one exited 130.
 - frameworks: for Lightning, the Trainer, Accelerate and DeepSpeed (--frameworks picks some), a cold
   `python -m train framework=<name> fix=as_shipped` (2 ranks) against bench/plain_<name>.py under torchrun,
   alternately, --repeats times.
@@ -51,6 +55,7 @@ from train.bench.measure import (
     default_jobs,
     framework_runs,
     hang_to_end,
+    interrupt_runs,
     launcher_imports,
     launcher_imports_fastai,
     matrix_run,
@@ -74,6 +79,8 @@ GOALS = {
                                                   "skew, warm jobs of one sweep, launch_start to summary (medians)"),
     "file_watch_share": (0.05, "<=", "", "the rank longest in the file watch's audit hook (what every rank records of "
                                          "checkpoint files), its time there / the single run's wall (median)"),
+    "interrupt_to_exit_s": (2.0, "<=", "s", "Ctrl-C (SIGINT to the process group) to the exit, at start-up, mid-run "
+                                            "and mid-check: the slowest moment's median"),
     "launcher_imports_fastai": (False, "==", "", "the launcher imports fastai"),
     "launcher_imports_a_framework": (False, "==", "", "the launcher imports fastai, Lightning, transformers, "
                                                       "Accelerate or DeepSpeed"),
@@ -133,7 +140,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="single runs, plain runs, and barrier/unsynced jobs")
     parser.add_argument("--jobs", type=int, default=10, help="jobs in the sweep")
     parser.add_argument("--skew", type=float, default=3.0)
-    parser.add_argument("--only", default="single,sweep,barrier,hang,frameworks,nodes,matrix", help="which parts to run")
+    parser.add_argument("--only", default="single,sweep,barrier,hang,interrupt,frameworks,nodes,matrix", help="which parts to run")
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
                         help="which frameworks --only frameworks runs against their plain scripts")
     parser.add_argument("--matrix-scenarios", default=MATRIX_SCENARIOS, help="the matrix subset's scenarios")
@@ -200,6 +207,15 @@ def main(argv=None):
         record.update(hang_sweep=run, hang_to_end_runs_s=ends)
         figures["hang_to_end_s"] = median(ends)
         print(f"  hang certain to the run's end: {ends} s", flush=True)
+
+    if "interrupt" in parts:
+        runs = interrupt_runs(out_dir / "interrupt", args.repeats)
+        record["interrupt_runs"] = runs
+        stops = {moment: median(r["stop_s"] for r in rs) for moment, rs in runs.items()}
+        if all(r["exit_code"] == 130 for rs in runs.values() for r in rs):  # a stop that was not one is no figure
+            figures["interrupt_to_exit_s"] = max(stops.values())
+        print(f"  Ctrl-C to the exit: {stops} s (exit codes "
+              f"{sorted({r['exit_code'] for rs in runs.values() for r in rs})})", flush=True)
 
     if "frameworks" in parts:
         for name in args.frameworks.split(","):

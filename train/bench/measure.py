@@ -1,6 +1,8 @@
 """What make bench measures: each run it makes, and the figures read from its events."""
+import glob
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -222,3 +224,73 @@ def framework_runs(out_dir: Path, name: str, repeats: int) -> dict:
     failed = any(r["verdict"] is None for r in singles) or any(r["exit_code"] != 0 for r in plains)
     return {"single_runs": singles, "plain_runs": plains, "single_wall_s": single, "plain_wall_s": plain,
             "failed": failed, "ratio": round(single / plain, 3) if single and plain and not failed else None}
+
+
+def events_below(root: Path) -> list:
+    """Every event of every rank and launcher under root (a run, a sweep, a nodes run's node dirs)."""
+    found = []
+    for path in glob.glob(f"{root}/**/events/*.jsonl", recursive=True):
+        for line in Path(path).read_text().splitlines():
+            if line.endswith("}"):
+                found.append({**json.loads(line), "file": path})
+    return found
+
+
+def ignore_sigint():
+    """As a non-interactive shell starts `race-lab ... &`: SIGINT ignored, inherited by what it execs."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def sigint_at(root: Path, args: list, when, after: float, *, whole_group: bool = True, sigint_ignored=False,
+              env=None):
+    """Start `python -m train args` in its own process group (SIGINT ignored, as a shell's background job gets it,
+    if sigint_ignored); once `when(events under root)` holds, wait `after` s and send SIGINT to the group (a
+    terminal's Ctrl-C) or to the launcher alone. Returns (exit code, seconds from the signal to the exit, the time
+    it was sent, the console output). Whatever happens, nothing it started is left running."""
+    proc = subprocess.Popen([sys.executable, "-m", "train", *args], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=ignore_sigint if sigint_ignored else None)
+    try:
+        deadline = time.time() + 240
+        while not when(events_below(root)):
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"the run never got to the point of interrupt: {proc.communicate()[0][-2000:]}"
+                                   if proc.poll() is not None else "the run never got to the point of interrupt")
+            time.sleep(0.05)
+        time.sleep(after)
+        sent = time.time()
+        if whole_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        return proc.returncode, time.time() - sent, sent, out
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def both_fitting(events) -> bool:
+    return {(e["rank"], e["event"]) for e in events} >= {(0, "fit_start"), (1, "fit_start")}
+
+
+# make bench's interrupts: SIGINT to the group (a terminal's Ctrl-C) at three moments of a run and a check
+INTERRUPTS = {
+    "start-up": (["world_size=2"], lambda events: True, 0.3),  # the launcher still composing, started as `&` does
+    "mid-run": (["world_size=2", "skew.seconds=3"], both_fitting, 0.0),
+    "mid-check": (["check", "framework=torch_loop", "check.repeats=1"],
+                  lambda events: any(e["event"] == "rank_start" for e in events), 1.0),
+}
+
+
+def interrupt_runs(out_dir: Path, repeats: int) -> dict:
+    """Per moment of INTERRUPTS, `repeats` times: the exit code and the seconds from the signal to the exit."""
+    runs = {}
+    for moment, (args, when, after) in INTERRUPTS.items():
+        for i in range(repeats):
+            root = out_dir / f"{moment}{i}"
+            where = f"hydra.sweep.dir={root}" if args[0] == "check" else f"hydra.run.dir={root}"
+            rc, took, _, _ = sigint_at(root, [*args, where], when, after, sigint_ignored=moment == "start-up")
+            runs.setdefault(moment, []).append({"exit_code": rc, "stop_s": round(took, 3)})
+    return runs

@@ -261,7 +261,9 @@ class SweepProgress(Callback):
         if status not in ("ok", "n/a"):
             self.failed.append(f"job {k} ({point}): {status}")
         run_dir = Path(output_dir)
-        if draw_now:  # side by side: the sweep's process has nothing else to do
+        if stopped_by:  # interrupted: the sweep ends now, and `python -m train.report` draws what is left
+            pass
+        elif draw_now:  # side by side: the sweep's process has nothing else to do
             self.timelines[run_dir] = self.drawing.submit(draw_timeline_now, run_dir)
         else:
             self.timelines[run_dir] = self.drawing.submit(draw_once_launched, run_dir, self.over)
@@ -287,6 +289,7 @@ class SweepProgress(Callback):
         self.watcher.join()  # it has read every job's file: the last written before the launcher returned
         self.close_progress()
         if self.signal:  # as a sweep in one process ends on an interrupt: no report, exit 130
+            self.drawing.shutdown(wait=False, cancel_futures=True)  # the exit waits for one in flight only
             print(f"\n[sweep] stopped by {self.signal}; the jobs that ran are in {self.sweep_dir}",
                   file=sys.stderr, flush=True)
             self.over.set()
