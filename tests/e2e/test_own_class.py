@@ -21,7 +21,8 @@ EXAMPLES = {  # name -> (framework, the class, the scenarios it runs through, mo
     "fastai": ("fastai", EXAMPLE, "scenario=seed,torn,stale"),
     "lightning": ("lightning", "my_checkpoints.lightning_io.PatientCheckpointIO", "scenario=seed,stale,save_fails"),
     "lightning_pytorch": ("lightning", LIGHTNING_PYTORCH, "scenario=seed,stale,save_fails", "+fix.kwargs.wait_s=5"),
-    "transformers": ("transformers", "my_checkpoints.trainer_callback.SayBest", "scenario=seed,stale,save_fails"),
+    "transformers": ("transformers", "my_checkpoints.trainer_callback.SayBest",
+                     "scenario=seed,stale,save_fails,crash_mid_save,cleanup"),  # the resume too, the callback on it
 }
 
 
@@ -100,11 +101,16 @@ def test_a_lightning_pytorch_checkpoint_io_of_your_own_runs_under_its_trainer_wi
 
 
 @pytest.mark.slow
-def test_a_trainer_callback_of_your_own_runs_through_three_scenarios(other_examples):
+def test_a_trainer_callback_of_your_own_runs_through_both_workloads(other_examples):
+    """The load of the best and the Trainer's own resume, the callback attached to both: on the resume it gets the
+    Trainer's verdicts as shipped (a torn newest checkpoint-<step> is resumed from; the rotation holds)."""
     jobs = other_examples["transformers"]
-    assert verdicts(jobs) == {"seed": "clean", "stale": "clean", "save_fails": "race"}
+    assert verdicts(jobs) == {"seed": "clean", "stale": "clean", "save_fails": "race", "crash_mid_save": "race",
+                              "cleanup": "clean"}
+    assert "could not resume from it (corrupt" in jobs["crash_mid_save"][0]["explanation"]
     for rank in (0, 1):
         assert f"SayBest: process {rank}: best checkpoint-" in rank_logs(jobs["seed"][1], rank)
+        assert f"SayBest: process {rank}: best -" in rank_logs(jobs["cleanup"][1], rank)  # it ran on the resume
 
 
 def race_lab(cwd, *args, timeout=300):

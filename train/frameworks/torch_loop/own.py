@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from train.events import attempt
 from train.toolkit.errors import error_fields
+from train.toolkit.listing import stale_listing
 from train.toolkit.model import weights_digest
 from train.toolkit.rank import named_class, say
 from train.torch_private import default_store
@@ -81,25 +82,6 @@ class CutFile:
 
     def __getattr__(self, name):
         return getattr(self._f, name)
-
-
-class Listing:
-    """os.scandir's answer, filtered: iterable, and a context manager as scandir's is."""
-
-    def __init__(self, entries):
-        self.entries = entries
-
-    def __iter__(self):
-        return iter(self.entries)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def close(self):
-        pass
 
 
 class OwnCheckpoints:
@@ -155,7 +137,7 @@ class OwnCheckpoints:
         stale = self.fault["stale_listing"] and self.me != 0 and attempt() > 0
         try:
             if stale:
-                with self.stale_listing():
+                with stale_listing(self.folder, self.events):
                     state = self.user.resume()
             else:
                 state = self.user.resume()
@@ -211,43 +193,6 @@ class OwnCheckpoints:
         finally:
             builtins.open = io.open = real_open
             torch.save = real_save
-
-    @contextmanager
-    def stale_listing(self):
-        """The folder listed without its newest entry (the latest modification), as a stale cache would list it."""
-        real_listdir, real_scandir, folder = os.listdir, os.scandir, self.folder
-
-        def hidden(names_and_times):
-            if not names_and_times:
-                return set()
-            newest = max(t for _, t in names_and_times)
-            gone = {n for n, t in names_and_times if t == newest}
-            self.events.record("stale_listing", hidden=",".join(sorted(gone)))
-            return gone
-
-        def is_folder(path):
-            return path is not None and not isinstance(path, int) and os.path.abspath(os.fsdecode(path)) == folder
-
-        def listdir(path=None):
-            names = real_listdir(path) if path is not None else real_listdir()
-            if not is_folder(path):
-                return names
-            gone = hidden([(n, os.stat(os.path.join(folder, n)).st_mtime_ns) for n in names])
-            return [n for n in names if n not in gone]
-
-        def scandir(path=None):
-            if not is_folder(path):
-                return real_scandir(path) if path is not None else real_scandir()
-            with real_scandir(path) as it:
-                entries = list(it)
-            gone = hidden([(e.name, e.stat().st_mtime_ns) for e in entries])
-            return Listing([e for e in entries if e.name not in gone])
-
-        os.listdir, os.scandir = listdir, scandir
-        try:
-            yield
-        finally:
-            os.listdir, os.scandir = real_listdir, real_scandir
 
     def hook(self, event, args):
         """What your code does in the folder while the loop is in your class: reads noted; removes held for the

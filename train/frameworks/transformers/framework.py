@@ -16,7 +16,7 @@ class Transformers(Framework):
     as_shipped_fix = "as_shipped"
     fixes = {
         "load_best": frozenset({"as_shipped", "save_on_each_node", "broadcast", "agreed", "own", "rank0_leads"}),
-        "resume": frozenset({"as_shipped", "atomic", "manifest", "agreed", "rank0_leads"}),
+        "resume": frozenset({"as_shipped", "atomic", "manifest", "agreed", "rank0_leads", "own"}),
     }
     no_fix = {
         "unsynced": "fastai v1's load without a barrier; the Trainer always passes its dist.barrier() after each save",

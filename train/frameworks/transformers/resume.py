@@ -37,16 +37,24 @@ Fixes (cfg["fix"]["name"]), each from train/fixes.py:
   rank0_leads Rank0LeadsTrainer (rank0_leads.py, the file users copy; seams.py observes it): a marker written last
               after a barrier, rank 0's rotation after it (save_total_limit taken over), and rank 0's pick of the
               newest complete checkpoint, sent to every rank (resume_point)
+  own         a class of yours (fix._target_) under the Trainer's own resume: a TrainerCallback is attached, a
+              Trainer subclass is the Trainer (ResumeTrainer's calls to super() reach yours first). A subclass with
+              a train() of its own picks the checkpoint itself: it is called as its users call it after a restart,
+              train(resume_from_checkpoint=True) (None on the first attempt, a fresh start), with the stale listing
+              of resume_disagree placed in os.listdir and os.scandir of the folder (train/toolkit/listing.py),
+              where no seam of ours lists it; the others get get_last_checkpoint's folder, as the examples pass it.
 """
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformers import TrainerCallback, TrainingArguments, set_seed
+from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint, sort_checkpoints
 
 from train.fixes import SyncFailed, atomic_write, is_complete, rank0_decides, write_marker
-from train.toolkit.rank import Rank, checkpoint_dir, say
+from train.events import attempt
+from train.toolkit.listing import stale_listing
+from train.toolkit.rank import Rank, checkpoint_dir, named_class, say
 from train.toolkit.model import digits_split
 from train.toolkit.errors import error_fields
 from train.toolkit.resume import start_attempt, write_in_place
@@ -61,6 +69,7 @@ class Way:
     marker: bool = False  # model.safetensors.complete written last; the resume from the newest complete folder
     rank0_picks: bool = False  # rank 0 runs get_last_checkpoint, every rank resumes from its answer
     leads: bool = False  # Rank0LeadsTrainer: its marker, its rotation, rank 0's pick of the newest complete one
+    own: bool = False  # a TrainerCallback or a Trainer subclass of yours (fix._target_), under the Trainer's resume
 
 
 # the dispatch: fix.name -> how the resume does it (framework.py names these fixes, and why it lacks others)
@@ -70,6 +79,7 @@ BY_FIX = {
     "manifest": Way(marker=True),
     "agreed": Way(rank0_picks=True),
     "rank0_leads": Way(leads=True),
+    "own": Way(own=True),
 }
 
 
@@ -136,18 +146,29 @@ class TrainerResume:
             # save_only_model stays False: optimizer, scheduler and RNG states are saved and resumed, as shipped
         )
         self.model = ResumedClassifier()
-        trainer_class = type("ResumeRank0LeadsTrainer", (ResumeTrainer, ObservedRank0Leads), {}) \
-            if self.way.leads else ResumeTrainer  # ResumeTrainer's calls to super() reach the fix's first
-        self.trainer = trainer_class(model=self.model, args=args, train_dataset=examples(x_train, y_train), run=self)
+        own = named_class(cfg["fix"]["_target_"]) if self.way.own else None  # a class of yours (fix=own)
+        yours = own is not None and issubclass(own, Trainer)
+        trainer_class = type("ResumeRank0LeadsTrainer", (ResumeTrainer, ObservedRank0Leads), {}) if self.way.leads \
+            else type(f"Resume{own.__name__}", (ResumeTrainer, own), {}) if yours \
+            else ResumeTrainer  # ResumeTrainer's calls to super() reach the fix's (or yours) first
+        self.trainer = trainer_class(model=self.model, args=args, train_dataset=examples(x_train, y_train), run=self,
+                                     **(cfg["fix"]["kwargs"] if yours else {}))
         self.trainer.leads_events = self.events  # ObservedRank0Leads's (fix=rank0_leads)
         self.trainer.add_callback(Observe(self))
+        if own is not None and issubclass(own, TrainerCallback):
+            self.trainer.add_callback(own(**cfg["fix"]["kwargs"]))
+        # a Trainer subclass of yours with a train() of its own picks the checkpoint to resume from itself
+        self.picks_itself = yours and own.train is not Trainer.train
         try:
-            self.chosen = self.choose()
-            if self.chosen:
-                weights = os.path.join(self.chosen, WEIGHTS)
-                self.events.record("load_attempt", path=self.chosen,
-                                   bytes=os.path.getsize(weights) if os.path.isfile(weights) else None)
-            self.trainer.train(resume_from_checkpoint=self.chosen)
+            if self.picks_itself:
+                self.train_picking_itself()
+            else:
+                self.chosen = self.choose()
+                if self.chosen:
+                    weights = os.path.join(self.chosen, WEIGHTS)
+                    self.events.record("load_attempt", path=self.chosen,
+                                       bytes=os.path.getsize(weights) if os.path.isfile(weights) else None)
+                self.trainer.train(resume_from_checkpoint=self.chosen)
         except SyncFailed:
             raise RuntimeError("a sync failed (recorded)") from None
         except Exception as e:  # recorded, then the rank dies: torch elastic restarts the group
@@ -157,6 +178,19 @@ class TrainerResume:
         # its parameters, which DDP keeps equal; BatchNorm's statistics are each rank's own (torch_loop's rule)
         self.events.record("final", digest=digest(dict(self.model.named_parameters())))
 
+    def train_picking_itself(self):
+        """Your Trainer's train(resume_from_checkpoint=True) after a restart (None on the first attempt); what it
+        resumed from is known once it did (resumed). On a restart, scenario=resume_disagree's stale listing is in
+        os.listdir and os.scandir of the folder on every rank but 0, for the whole train() (its pick lists there)."""
+        restarted = attempt() > 0
+        self.listed = self.checkpoints()
+        stale = restarted and self.cfg["fault"]["stale_listing"] and self.faults.rank != 0
+        if stale:
+            with stale_listing(self.folder, self.events):
+                self.trainer.train(resume_from_checkpoint=True)
+        else:
+            self.trainer.train(resume_from_checkpoint=True if restarted else None)
+
     def failed(self, e: Exception):
         if self.phase == "resume":
             fields = error_fields(e)
@@ -164,8 +198,9 @@ class TrainerResume:
                 # the Trainer's words for a folder without model.safetensors: a missing file
                 fields = {**fields, "error_type": "FileNotFoundError",
                           "message": f"no {WEIGHTS} in it (the Trainer's ValueError: {fields['message']})"}
-            self.events.record("load_error", path=self.chosen, **fields)
-            say(f"Resume from {Path(self.chosen).name} failed: {type(e).__name__}: {e}")
+            self.events.record("load_error", path=self.chosen, **fields)  # None: the one your train() picked
+            which = Path(self.chosen).name if self.chosen else "the checkpoint your train() picked"
+            say(f"Resume from {which} failed: {type(e).__name__}: {e}")
         else:
             self.events.record("train_error", epoch=int(self.trainer.state.epoch or 0), **error_fields(e))
 
@@ -196,6 +231,8 @@ class TrainerResume:
     def resumed(self, state):
         """on_train_begin: every read is done (weights, state, optimizer, scheduler)."""
         self.phase = "train"
+        if self.picks_itself and self.model.read_digest is not None:  # your train() read checkpoint-<its step>
+            self.chosen = os.path.join(self.folder, f"checkpoint-{state.global_step}")
         read = self.model.read_digest if self.chosen else digest(self.model.state_dict())
         self.events.record("resume", epoch=epoch_of(state) if self.chosen else -1, step=state.global_step,
                            path=self.chosen, digest=read, listing=self.listed)
