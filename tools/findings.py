@@ -1,15 +1,16 @@
 """make findings: re-run every repro of docs/findings/ against the installed versions.
 
-For each finding it runs the repro's command(s) with torchrun in a fresh folder, keeps the lines the repro prints
-(and the few framework lines a page quotes), normalises them (sorted by attempt and rank, temporary paths made
-relative), and judges them: `still present` (every run shows the expected symptom and exit code), `gone` (a run
-that showed the symptom ran cleanly, every exit code 0, and printed the healthy outcome) or `error` (anything else:
-a crash, a timeout, another exit code, lines missing). First it checks that the source lines the pages cite (LINES)
-still say what they quote. It prints one line a finding with the versions, writes docs/findings/output/<name>.txt
-and puts that text into the ```text block after `<!-- output: <name> -->` of the finding's page and of every report
-(docs/findings/reports/*.md) that names it (`<!-- finding: <name> -->`). Exit status 1 when any finding is
-`error`, when a finding a report rests on is not `still present` (the report's claim no longer reproduces), or,
-with --expect-present, when any finding is not `still present`; 2 for bad arguments.
+For each finding it runs the repro's command(s) in a fresh folder (with torchrun; Ray Train's with python, since Ray
+starts its own workers), keeps the lines the repro prints (and the few framework lines a page quotes), normalises
+them (sorted by attempt and rank, temporary paths made relative), and judges them: `still present` (every run shows
+the expected symptom and exit code), `gone` (a run that showed the symptom ran cleanly, every exit code 0, and
+printed the healthy outcome) or `error` (anything else: a crash, a timeout, another exit code, lines missing). First
+it checks that the source lines the pages cite (LINES) still say what they quote. It prints one line a finding with
+the versions, writes docs/findings/output/<name>.txt and puts that text into the ```text block after
+`<!-- output: <name> -->` of the finding's page and of every report (docs/findings/reports/*.md) that names it
+(`<!-- finding: <name> -->`). Exit status 1 when any finding is `error`, when a finding a report rests on is not
+`still present` (the report's claim no longer reproduces), or, with --expect-present, when any finding is not
+`still present`; 2 for bad arguments.
 
     python tools/findings.py [--only NAME[,NAME]] [--no-write] [--expect-present] [--fill]
 
@@ -283,8 +284,30 @@ FINDINGS += [
 ]
 
 
+# Ray Train starts its own workers (a TorchTrainer of 2 CPU workers over gloo): its repro is one python process.
+RAY_NEWEST = ("ray.train.get_checkpoint() gives epoch 0 of attempt 0 (rank_0.pt, rank_1.pt); the newest checkpoint_*"
+              " folder on storage holds ")
+FINDINGS += [
+    Finding(
+        "ray_train_partial_folder", "ray_train.md",
+        "a worker killed inside its upload leaves a partial newest checkpoint_* folder that num_to_keep never deletes",
+        ("ray", "torch"),
+        [Run("python ray_train_partial_folder.py",
+             both(lambda ls: has(ls, "attempt 0 rank 0: reported epoch 1",
+                                 "attempt 0 rank 1: SIGKILLed inside Ray's upload of its part of epoch 1",
+                                 *(f"attempt 1 rank {r}: {RAY_NEWEST}epoch 1 of attempt 0 (rank_0.pt)"
+                                   for r in (0, 1)),
+                                 "Ray's record holds 2: epoch 1 of attempt 1 (rank_0.pt, rank_1.pt); epoch 2 of"
+                                 " attempt 1 (rank_0.pt, rank_1.pt); storage holds 3 checkpoint_* folders: epoch 1 of"
+                                 " attempt 0 (rank_0.pt);"), codes(0)),
+             # healthy: at the restart the newest folder is the whole epoch 0, or storage ends with num_to_keep folders
+             gone=lambda ls: has(ls, f"attempt 1 rank 1: {RAY_NEWEST}epoch 0 of attempt 0 (rank_0.pt, rank_1.pt)")
+             or has(ls, "storage holds 2 checkpoint_* folders"))]),
+]
+
 # Source lines the pages and reports cite as file:line, with what the line says in the installed versions:
 # (distribution, path inside site-packages, line, text on that line). make findings checks them before any run.
+RAY = "ray/train/v2/_internal/execution/"  # Ray Train 2.60's own code
 LINES = [
     ("deepspeed", "deepspeed/runtime/engine.py", 4395, "def load_checkpoint(self,"),
     ("deepspeed", "deepspeed/runtime/engine.py", 4438, "Unable to find latest file at"),
@@ -321,6 +344,33 @@ LINES = [
     ("pytorch-lightning", "pytorch_lightning/callbacks/model_checkpoint.py", 984, "self._save_checkpoint(trainer, filepath)"),
     ("pytorch-lightning", "pytorch_lightning/callbacks/model_checkpoint.py", 987,
      "self._remove_checkpoint(trainer, del_filepath)"),
+    ("ray", RAY + "context.py", 243, "or self.storage_context.make_default_checkpoint_dir_name()"),
+    ("ray", RAY + "context.py", 255, "sync_actor.broadcast_from_rank_zero.remote("),
+    ("ray", RAY + "context.py", 337, "self.storage_context.persist_current_checkpoint("),
+    ("ray", RAY + "context.py", 474, "checkpoint_dir_name = self._sync_checkpoint_dir_name_across_ranks("),
+    ("ray", RAY + "context.py", 492, "training_report = self._upload_checkpoint("),
+    ("ray", RAY + "storage.py", 503, "self.storage_filesystem.create_dir(checkpoint_fs_path)"),
+    ("ray", RAY + "storage.py", 504, "_pyarrow_fs_copy_files("),
+    ("ray", RAY + "storage.py", 560, 'return f"checkpoint_{date_str(include_ms=True)}"'),
+    ("ray", RAY + "checkpoint/report_handler.py", 91,
+     "if not all(self._training_report_queues[i] for i in required_ranks):"),
+    ("ray", RAY + "checkpoint/report_handler.py", 137, "callback.after_report("),
+    ("ray", RAY + "checkpoint/report_handler.py", 155, "None of the partial reported results are valid at this point."),
+    ("ray", RAY + "checkpoint/checkpoint_manager.py", 177, "self._checkpoint_results.append(checkpoint_result)"),
+    ("ray", RAY + "checkpoint/checkpoint_manager.py", 187, "self._save_state_and_delete_old_checkpoints()"),
+    ("ray", RAY + "checkpoint/checkpoint_manager.py", 270,
+     "self._checkpoint_results[: -self._checkpoint_config.num_to_keep]"),
+    ("ray", RAY + "checkpoint/checkpoint_manager.py", 301, "self._write_state_to_storage()"),
+    ("ray", RAY + "checkpoint/checkpoint_manager.py", 307,
+     "delete_fs_path(fs=checkpoint.filesystem, fs_path=checkpoint.path)"),
+    ("ray", RAY + "checkpoint/checkpoint_manager.py", 546, "self.register_checkpoint(training_report)"),
+    ("ray", RAY + "checkpoint/checkpoint_manager.py", 559, '"checkpoint": [latest_checkpoint] * len(workers),'),
+    ("ray", RAY + "context.py", 373, "def _wait_then_report("),
+    ("ray", RAY + "storage.py", 458, "def persist_current_checkpoint("),
+    ("ray", RAY + "checkpoint/checkpoint_manager.py", 143, "def register_checkpoint("),
+    ("ray", RAY + "checkpoint/checkpoint_manager.py", 465, "def _maybe_load_state_from_storage(self):"),
+    ("ray", RAY + "checkpoint/checkpoint_manager.py", 552, "def before_init_train_context("),
+    ("ray", RAY + "worker_group/worker_group.py", 315, "sync_actor = SynchronizationActor.options("),
 ]
 
 

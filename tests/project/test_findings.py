@@ -3,16 +3,17 @@ captured, as they are; every finding section is classified, with its thread, ver
 has a state in docs/findings/README.md, and each one ready to post a report (docs/findings/reports/) that shows its
 command, repro and output as they are; tools/findings.py fails when a report's claim no longer reproduces and when a
 cited source line moved; every upstream number cited in docs/ and configs/ is in docs/findings/README.md's checked
-list; and the repros, run for real with torchrun, still show their symptom with the exit code the page gives, and
-print exactly what the page shows.
+list; and the repros, run for real with torchrun (Ray Train's with python: Ray starts its own workers), still show
+their symptom with the exit code the page gives, and print exactly what the page shows.
 
 Fast: the pages, the reports, the list and tools/findings.py's own logic (no ranks), its predicates included, on
 the captured outputs. Slow: the two quick repros (accelerate, about half a minute each), each run once for all its
-assertions. The other twelve (restarts, two-node launches, patched copies, torch's async saves; 15 minutes and more
-together on a loaded 2-core machine, past what CI's budget allows) run under RACE_LAB_FINDINGS=all, and in `make
-findings`. That exits 1 when a finding is `error` (a crash, a timeout, neither its symptom nor its healthy outcome),
-when a finding a report rests on is not `still present`, or when a cited source line moved; a finding no report
-rests on that is `gone` is printed as gone, exit 0 (exit 1 only with --expect-present).
+assertions. The other thirteen (restarts, two-node launches, patched copies, torch's async saves, Ray Train's
+TorchTrainer with a restart; 17 minutes and more together on a loaded 2-core machine, past what CI's budget allows)
+run under RACE_LAB_FINDINGS=all, and in `make findings`. That exits 1 when a finding is `error` (a crash, a timeout,
+neither its symptom nor its healthy outcome), when a finding a report rests on is not `still present`, or when a
+cited source line moved; a finding no report rests on that is `gone` is printed as gone, exit 0 (exit 1 only with
+--expect-present).
 """
 import importlib.util
 import os
@@ -78,7 +79,7 @@ def test_the_captured_output_has_every_command_the_finding_runs(name):
     assert len(re.findall(r"^\(exit codes? [-\d, ]+\)$", text, re.M)) == len(FINDINGS[name].runs)
 
 
-PAGES = ("accelerate.md", "transformers.md", "lightning.md", "deepspeed.md", "torch-dcp.md")
+PAGES = ("accelerate.md", "transformers.md", "lightning.md", "deepspeed.md", "torch-dcp.md", "ray_train.md")
 
 
 def finding_sections():
@@ -115,7 +116,8 @@ def test_every_finding_is_classified_with_its_thread_versions_and_command(page, 
                      head)
     assert "**Post to:**" in head and "github.com/" in head
     assert re.search(r"\*\*Versions:\*\* \S+ \d+\.\d+\.\d+", head)
-    assert re.search(r"\*\*Command:\*\*\s*`[^`]*torchrun [^`]*\.py[^`]*`", head)
+    # torchrun, or python where the framework starts its own workers (Ray Train)
+    assert re.search(r"\*\*Command:\*\*\s*`[^`]*(?:torchrun|python) [^`]*\.py[^`]*`", head)
     assert "<!-- repro: " in body and "<!-- output: " in body
 
 
@@ -368,7 +370,7 @@ def test_a_quick_repro_still_shows_its_symptom_and_prints_what_the_page_shows(ra
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("RACE_LAB_FINDINGS") != "all",
-                    reason="restarting, two-node and torch async repros (15+ min): RACE_LAB_FINDINGS=all, or make findings")
+                    reason="restarting, two-node, async and Ray repros (17+ min): RACE_LAB_FINDINGS=all, make findings")
 @pytest.mark.parametrize("name", sorted(set(FINDINGS) - set(QUICK)))
 def test_a_long_repro_still_shows_its_symptom_and_prints_what_the_page_shows(ran, name):
     assert_as_the_page_shows(ran, name)
