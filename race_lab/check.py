@@ -6,10 +6,16 @@
 It runs the command in a process of its own (its ranks, its Hydra run, its Ctrl-C: as from a shell), from the
 current folder, so `target` is imported as the command would import it. It returns the result (check.json) when the
 check is safe, and raises Unsafe, an AssertionError whose message is the card, when it is not; CheckError when the
-input is refused (exit 2) or the harness failed (exit 3), with the command's last lines."""
+input is refused (exit 2) or the harness failed (exit 3), with the command's last lines; KeyboardInterrupt when it was
+interrupted (exit 130), saying where the runs so far are.
+
+The command runs in a process group of its own, as a shell runs a job: a Ctrl-C (KeyboardInterrupt here) is passed on
+to it once, and it stops its runs as from a shell, keeping their records, before KeyboardInterrupt goes on from here
+(subprocess.run would kill it 0.25 s after the Ctrl-C: its check.log lost, runs left without their summary)."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 EXIT_SAFE, EXIT_UNSAFE, EXIT_INTERRUPTED = 0, 1, 130  # race-lab check's (2: refused, 3: no verdict)
+STOP_S = 60.0  # how long an interrupted check has to stop its runs (it takes under 3 s on 2 loaded cores)
 
 
 @dataclass(frozen=True)
@@ -49,9 +56,10 @@ def check(framework: str, fix: str = "own", target: Optional[str] = None, *overr
     argv = [sys.executable, "-m", "train", "check", f"framework={framework}", f"fix={fix}",
             *([f"fix._target_={target}"] if target else []), *overrides,
             *([f"hydra.sweep.dir={Path(folder).resolve()}"] if folder else [])]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    done = _run(argv, timeout_s)
     if done.returncode == EXIT_INTERRUPTED:
-        raise KeyboardInterrupt("race-lab check was interrupted")
+        said = [line for line in done.stderr.splitlines() if line.startswith("interrupted: ")]  # where its runs are
+        raise KeyboardInterrupt("race-lab check was " + (said[-1] if said else "interrupted"))
     if done.returncode not in (EXIT_SAFE, EXIT_UNSAFE):
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
         raise CheckError(f"race-lab check exited {done.returncode}: {tail}")
@@ -61,6 +69,39 @@ def check(framework: str, fix: str = "own", target: Optional[str] = None, *overr
     if done.returncode == EXIT_UNSAFE:
         raise Unsafe(result)
     return result
+
+
+def _run(argv: list, timeout_s: Optional[float]) -> subprocess.CompletedProcess:
+    """The command in a process group of its own, its output captured. Whatever ends the wait here (a Ctrl-C's
+    KeyboardInterrupt, timeout_s) is passed on to it as one SIGINT to its group, and it has STOP_S to stop as it does
+    from a shell (then, or at a second Ctrl-C, its group is killed). A KeyboardInterrupt becomes its exit 130; the
+    rest go on from here once it has stopped."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except BaseException as e:
+            stdout, stderr = _stop(proc)
+            if not isinstance(e, KeyboardInterrupt):
+                raise
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+def _stop(proc: subprocess.Popen) -> tuple:
+    """SIGINT to the command's group, as a terminal's Ctrl-C; its output once it has stopped."""
+    _signal_group(proc, signal.SIGINT)
+    try:
+        return proc.communicate(timeout=STOP_S)
+    except BaseException:  # it did not stop within STOP_S, or a second Ctrl-C: nothing of it is left running
+        _signal_group(proc, signal.SIGKILL)
+        raise
+
+
+def _signal_group(proc: subprocess.Popen, sig: int):
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:  # it had ended, and all of its group
+        pass
 
 
 def check_folder(stdout: str) -> Path:
