@@ -1,6 +1,7 @@
 """race-lab in a team's own test suite (race_lab/, the `pytest11` entry point): a small user project outside the
-repository, run by pytest as its team would run it, with the race_lab_check fixture. A class that holds every
-scenario it is checked on passes its test; a class that races fails it, with the card as the failure. The checks
+repository, run by pytest as its team would run it, with the race_lab_check fixture. Its class races: its test fails,
+with the card as the failure, and the card names the change. The team makes it (docs/fixes/lightning.md's file copied
+into the project, the class's base made that file's class) and runs the same test again: it passes. The checks
 write under each test's tmp_path, not into the project."""
 import re
 import shutil
@@ -10,32 +11,47 @@ import pytest
 from conftest import ROOT
 from helpers.markdown import PYTHON_BLOCK
 
-USER_TESTS = '''
-def test_our_lightning_checkpoint_io_is_safe(race_lab_check):
-    result = race_lab_check("lightning", "own", "copied.rank0_leads.Rank0LeadsCheckpointIO",
-                            "check.repeats=1", "check.restarts=false")
+TARGET = "my_checkpoints.lightning_io.PatientCheckpointIO"  # the team's CheckpointIO: a load that waits for its file
+USER_TEST = f'''
+def test_our_checkpoint_io_is_safe(race_lab_check):
+    result = race_lab_check("lightning", "own", "{TARGET}",
+                            "check.repeats=1", "check.restarts=false", "check.disks=shared")
     assert result.verdict == "safe" and (result.folder / "check.json").exists()
-
-
-def test_our_fastai_export_is_safe(race_lab_check):
-    race_lab_check("fastai", "own", "my_checkpoints.own_file_fastai.ExportingSaveModelCallback",
-                   "check.repeats=1", "check.disks=shared")
 '''
+TEST_ID = "test_checkpoints.py::test_our_checkpoint_io_is_safe"
+
+
+def make_the_change_the_card_names(project):
+    """fix=rank0_leads, as a team applies it to its own class: docs/fixes/lightning.md's file copied into its package,
+    and its class built on that file's Rank0LeadsCheckpointIO instead of Lightning's TorchCheckpointIO."""
+    [code] = PYTHON_BLOCK.findall((ROOT / "docs" / "fixes" / "lightning.md").read_text())
+    (project / "my_checkpoints" / "rank0_leads.py").write_text(code)
+    module = project / "my_checkpoints" / "lightning_io.py"
+    before = module.read_text()
+    after = before.replace("from pytorch_lightning.plugins import TorchCheckpointIO\n",
+                           "from my_checkpoints.rank0_leads import Rank0LeadsCheckpointIO\n")
+    after = after.replace("class PatientCheckpointIO(TorchCheckpointIO):",
+                          "class PatientCheckpointIO(Rank0LeadsCheckpointIO):")
+    assert after.count("Rank0LeadsCheckpointIO") == 2 and "import TorchCheckpointIO" not in after, "the example changed"
+    module.write_text(after)
 
 
 @pytest.mark.slow
-def test_a_teams_suite_passes_on_a_safe_class_and_fails_with_the_card_on_a_racing_one(pytester, monkeypatch):
+def test_a_teams_test_fails_with_the_card_on_its_racing_class_and_passes_once_the_class_has_the_fix(pytester,
+                                                                                                  monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "")  # the project's own folder only, as its team runs pytest
-    (pytester.path / "copied").mkdir()
-    (pytester.path / "copied" / "__init__.py").write_text("")
-    [code] = PYTHON_BLOCK.findall((ROOT / "docs" / "fixes" / "lightning.md").read_text())
-    (pytester.path / "copied" / "rank0_leads.py").write_text(code)  # docs/fixes/lightning.md's file, as copied
     shutil.copytree(ROOT / "examples" / "my_checkpoints", pytester.path / "my_checkpoints")
-    pytester.makepyfile(test_checkpoints=USER_TESTS)
-    done = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", timeout=1500)
-    done.assert_outcomes(passed=1, failed=1)
-    out = done.stdout.str()
-    assert "FAILED test_checkpoints.py::test_our_fastai_export_is_safe" in out and "race_lab.check.Unsafe" in out
-    assert re.search(r"seed +load_best +raced: race 1/1", out)  # the card's row, in the failure
-    assert "race: rank 1 tried to load (your code's read of models/weight" in out  # the gist, cut to the width
+    pytester.makepyfile(test_checkpoints=USER_TEST)
+    raced = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v", timeout=900)
+    raced.assert_outcomes(failed=1)
+    out = raced.stdout.str()
+    assert f"{TEST_ID} FAILED" in out and "race_lab.check.Unsafe" in out
+    assert re.search(r"save_fails +load_best +raced: race 1/1", out)  # the card's row, in the failure
+    assert ("unsafe: raced in 1 of 6 (save_fails); the change that holds all 6: fix=rank0_leads "
+            "(docs/fixes/lightning.md)") in out  # and its answer: the change to make
+
+    make_the_change_the_card_names(pytester.path)
+    held = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v", timeout=900)
+    held.assert_outcomes(passed=1)
+    assert f"{TEST_ID} PASSED" in held.stdout.str()
     assert not (pytester.path / "runs").exists()  # nothing piled up in the project
