@@ -114,7 +114,7 @@ def test_matrix_cells_say_what_each_rank_ended_with(matrix):
     assert not any("torn-dcp" in p.name for p in sweep.iterdir())
 
 
-def test_a_sweep_composes_one_config_a_row_and_leaves_its_n_a_jobs_out():
+def test_a_sweep_composes_one_config_a_row_and_leaves_its_n_a_jobs_out(tmp_path):
     """train/launch/cells.py: the jobs of a row differ only in fix=NAME and repeat=N; one composed config decides
     them all, each fix's node read from its file."""
     from hydra import compose, initialize_config_dir
@@ -125,7 +125,8 @@ def test_a_sweep_composes_one_config_a_row_and_leaves_its_n_a_jobs_out():
 
     def count(overrides):
         composed.append(list(overrides))
-        return compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+        return compose(config_name="train", overrides=[*overrides, *resolved_sweep_dir(tmp_path)],
+                       return_hydra_config=True)
     jobs = [[f"scenario={s}", f"fix={f}", f"repeat={r}"] for s in ("seed", "torn") for f in ("dcp", "barrier")
             for r in range(3)]
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
@@ -139,7 +140,14 @@ def test_a_sweep_composes_one_config_a_row_and_leaves_its_n_a_jobs_out():
     assert (left_out[0]["status"], left_out[0]["verdict"], left_out[0]["ranks"]) == ("n/a", "n/a", [])
 
 
-def test_what_a_row_decides_is_what_each_job_composed_whole_decides():
+def resolved_sweep_dir(tmp_path) -> list:
+    """The sweep dir as the sweeper has it when it splits the jobs: a folder already made. The default's
+    ${fresh:...} resolver is registered by a job's process (train/launch/folders.py), not here, and would make a
+    folder under runs/ (in a test alone it did not resolve, and every job was composed whole)."""
+    return [f"hydra.sweep.dir={tmp_path}"]
+
+
+def test_what_a_row_decides_is_what_each_job_composed_whole_decides(tmp_path):
     """Every fix (but own) of a load-best and a resume row: the same jobs left out, with the same lines, as when
     each job's config is composed whole, as its job composes it."""
     from hydra import compose, initialize_config_dir
@@ -152,7 +160,8 @@ def test_what_a_row_decides_is_what_each_job_composed_whole_decides():
             for fix in options("fix") if fix != "own"]
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         def whole(job):
-            return compose(config_name="train", overrides=job, return_hydra_config=True)
+            return compose(config_name="train", overrides=[*job, *resolved_sweep_dir(tmp_path)],
+                           return_hydra_config=True)
         _, left_out = split_jobs(jobs, whole)
         each = {tuple(job): decide(composed(whole(job))) for job in jobs}
     assert {tuple(s["overrides"]): s["explanation"] for s in left_out} == {j: why for j, why in each.items() if why}
