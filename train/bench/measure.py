@@ -253,9 +253,10 @@ def sigint_at(root: Path, args: list, when, after: float, *, whole_group: bool =
     try:
         deadline = time.time() + 240
         while not when(events_below(root)):
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"the run never got to the point of interrupt: {proc.communicate()[0][-2000:]}"
-                                   if proc.poll() is not None else "the run never got to the point of interrupt")
+            if proc.poll() is not None:
+                raise RuntimeError(f"the run ended before the point of interrupt: {proc.communicate()[0][-2000:]}")
+            if time.time() > deadline:
+                raise RuntimeError("the run never got to the point of interrupt")
             time.sleep(0.05)
         time.sleep(after)
         sent = time.time()

@@ -261,11 +261,9 @@ class SweepProgress(Callback):
         if status not in ("ok", "n/a"):
             self.failed.append(f"job {k} ({point}): {status}")
         run_dir = Path(output_dir)
-        if stopped_by:  # interrupted: the sweep ends now, and `python -m train.report` draws what is left
-            pass
-        elif draw_now:  # side by side: the sweep's process has nothing else to do
+        if draw_now and not stopped_by:  # side by side: the sweep's process has nothing else to do
             self.timelines[run_dir] = self.drawing.submit(draw_timeline_now, run_dir)
-        else:
+        elif not stopped_by:  # interrupted: the sweep ends now; `python -m train.report` draws what is left
             self.timelines[run_dir] = self.drawing.submit(draw_once_launched, run_dir, self.over)
         verdict = job_verdict(output_dir, status)
         if self.progress is not None:
