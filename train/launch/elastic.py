@@ -101,6 +101,7 @@ def log_agent_to(path: Path, *also: logging.Handler) -> logging.Handler:
         old.close()
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = QuietFileHandler(path, encoding="utf-8", delay=True)
+    handler.setLevel(logging.WARNING)  # the restart gate lets the agent's info lines through to handlers
     handler.race_lab = True
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     agent.addHandler(handler)
@@ -149,13 +150,17 @@ class Stopper(logging.Handler):
         if "death signal" in record.getMessage():
             self._done.set()
 
-    def stop(self, why: str):
+    def stop(self, why: str, send: bool = True):
+        """Stop for this reason: with send, by SIGTERM from a thread of ours; without, the caller raises in the
+        agent's own thread. False where a stop is under way already or the agent has returned."""
         with self._lock:
             if self.why or self.returned:
-                return
+                return False
             self.why = why
-            self._sender = threading.Thread(target=self._send, name="race-lab-stop", daemon=True)
-            self._sender.start()
+            if send:
+                self._sender = threading.Thread(target=self._send, name="race-lab-stop", daemon=True)
+                self._sender.start()
+            return True
 
     def _send(self):
         while True:
@@ -180,21 +185,43 @@ class Stopper(logging.Handler):
         raise_signal_exception(signum, frame)
 
 
+RESTART_LOGGER = "torch.distributed.elastic.agent.server.api"  # its info line "... will restart worker group"
+
+
+class RestartGate(logging.Handler):
+    """Ends a resume run at the agent's restart once its crash loop is certain (train/judge/crash_loop.py): two
+    attempts in a row died in the same place. It runs in the agent's own thread, at the line the agent logs just
+    before it restarts the group, and raises there the SignalException a SIGTERM would: the agent shuts every
+    rank down as for a SIGTERM, and no attempt begins after the loop is certain. (A thread of ours that watched
+    the events and sent SIGTERM let the agent begin up to nine more attempts on loaded cores.)"""
+
+    def __init__(self, run_dir: Path, events: EventLog, stopper: Stopper):
+        super().__init__(level=logging.INFO)
+        self.run_dir, self.events, self.stopper = run_dir, events, stopper
+
+    def emit(self, record):
+        if "will restart worker group" not in record.getMessage():
+            return
+        found = crash_loop(read_events(self.run_dir))
+        if found and self.stopper.stop("crash_loop", send=False):
+            self.events.record("crash_loop", **found)
+            raise SignalException("crash loop", sigval=signal.SIGTERM)
+
+
 CRASH_LOOP_POLL_S = 0.25
 
 
 def watch_for_crash_loop(cfg: dict, run_dir: Path, events: EventLog, stopper: Stopper):
-    """A thread that ends a resume run the moment its crash loop is certain (train/judge/crash_loop.py): two
-    attempts in a row died in the same place while restarts remain. Returns the thread, or None where none can
-    loop (no restarts, or not a resume run)."""
+    """For a framework that restarts its own workers (Ray), where no agent restarts them: a thread that ends the run
+    by SIGTERM once the events prove a crash loop while restarts remain. Returns the thread, or None."""
     restarts = cfg["launch"]["max_restarts"]
-    if cfg["workload"] != "resume" or restarts == 0:
+    if cfg["workload"] != "resume" or restarts == 0 or not framework_named(cfg["framework"]["name"]).own_workers:
         return None
 
     def watch():
         while not stopper.why and not stopper.returned:
             found = crash_loop(read_events(run_dir))
-            if found and found["attempts"][-1] < restarts:  # the agent would restart it again
+            if found and found["attempts"][-1] < restarts:  # it would be restarted again
                 events.record("crash_loop", **found)
                 stopper.stop("crash_loop")
                 return
@@ -203,6 +230,16 @@ def watch_for_crash_loop(cfg: dict, run_dir: Path, events: EventLog, stopper: St
     thread = threading.Thread(target=watch, name="race-lab-crash-loop", daemon=True)
     thread.start()
     return thread
+
+
+def gate_restarts(cfg: dict, run_dir: Path, events: EventLog, stopper: Stopper):
+    """The handler that ends a crash loop at the agent's restart, or None where none can loop (no restarts, not a
+    resume run, or a framework that restarts its own workers). Pass it to log_agent_to."""
+    if cfg["workload"] != "resume" or cfg["launch"]["max_restarts"] == 0 or \
+            framework_named(cfg["framework"]["name"]).own_workers:
+        return None
+    logging.getLogger(RESTART_LOGGER).setLevel(logging.INFO)  # torch elastic sets its loggers to WARNING
+    return RestartGate(run_dir, events, stopper)
 
 
 def run_agent(launch_cfg: LaunchConfig, cfg: dict, plan, run_dir: Path, events: EventLog,
@@ -272,7 +309,8 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
     watchdog = threading.Timer(cfg["timeout"]["run_s"], stopper.stop, args=("timeout",))
     watchdog.daemon = True
     watchdog.start()
-    agent_log = log_agent_to(run_dir / "logs" / AGENT_LOG, stopper)
+    gate = gate_restarts(cfg, run_dir, events, stopper)
+    agent_log = log_agent_to(run_dir / "logs" / AGENT_LOG, stopper, *([gate] if gate else []))
     watch_for_crash_loop(cfg, run_dir, events, stopper)
     try:
         with quiet_console(run_dir):  # torch's C++ warnings and stack traces: to logs/launcher.log
