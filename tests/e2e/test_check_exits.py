@@ -68,7 +68,7 @@ A_TEAMS_SCRIPT = textwrap.dedent("""
     import race_lab
 
     try:
-        race_lab.check("lightning", "as_shipped", None, *sys.argv[2:], folder=sys.argv[1])
+        race_lab.check("lightning", "on_durable", None, *sys.argv[2:], folder=sys.argv[1])
     except KeyboardInterrupt as e:
         print(f"KeyboardInterrupt: {e}", flush=True)
         sys.exit(130)
@@ -76,22 +76,21 @@ A_TEAMS_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="flaky: its one run can end before the Ctrl-C comes (CI 2026-12-04: exit 1, not 130); "
-                         "to be made deterministic with a run that waits for the signal")
 def test_ctrl_c_while_race_lab_check_runs_stops_the_check_as_from_a_shell_and_raises_keyboard_interrupt(tmp_path):
-    """A team's script calls race_lab.check; Ctrl-C (SIGINT to its process group, as its terminal sends it) once a
-    rank of the check's one run has started, a run that cannot end within 4 s of that (its fault makes rank 0's save
-    take 4 s). race_lab.check passes it on to the check and lets it stop as from a shell, then raises
-    KeyboardInterrupt saying where the runs are: exit 130 at once, check.log kept (subprocess.run killed the check
-    0.25 s after the Ctrl-C: check.log empty), no save or load after the signal, no process left."""
+    """A team's script calls race_lab.check; Ctrl-C (SIGINT to its process group, as its terminal sends it) the
+    moment rank 0 of the check's one run begins its slow write: with fix=on_durable rank 0 waits those 4 s for the
+    write before it goes on (async_top_k), so the run is certainly under way when the signal lands. race_lab.check
+    passes it on to the check and lets it stop as from a shell, then raises KeyboardInterrupt saying where the runs
+    are: exit 130 at once, check.log kept (subprocess.run killed the check 0.25 s after the Ctrl-C: check.log
+    empty), no save or load after the signal, no process left."""
     out = tmp_path / "check"
     proc = subprocess.Popen([sys.executable, "-c", A_TEAMS_SCRIPT, str(out), *ONE_RUN], cwd=ROOT,
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=tagged_env(str(out)))
     try:
         deadline = time.monotonic() + 240
-        while not any(e["event"] == "rank_start" for e in events_below(out)):
-            assert proc.poll() is None and time.monotonic() < deadline, "the check's run never started a rank"
+        while not any(e["event"] == "slow_write_start" for e in events_below(out)):
+            assert proc.poll() is None and time.monotonic() < deadline, "the check's run never began its slow write"
             time.sleep(0.05)
         sent = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)
