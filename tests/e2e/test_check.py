@@ -178,6 +178,21 @@ def test_the_command_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+
+def test_a_check_into_a_folder_that_holds_runs_already_is_refused_and_leaves_it_as_it_was(tmp_path):
+    """An explicit hydra.sweep.dir that is not empty (an earlier check's runs): its summaries would be counted with
+    the new check's, so the command refuses it before any rank starts."""
+    earlier = tmp_path / "check"
+    (earlier / "0-lightning-seed-as_shipped-r0").mkdir(parents=True)
+    (earlier / "check.json").write_text("{}\n")
+    done = subprocess.run([sys.executable, "-m", "train", "check", "framework=lightning", f"hydra.sweep.dir={earlier}"],
+                          check=False, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: hydra.sweep.dir={earlier}: the folder is not empty; name a new or empty one"]
+    assert sorted(p.name for p in earlier.iterdir()) == ["0-lightning-seed-as_shipped-r0", "check.json"]
+    assert (earlier / "check.json").read_text() == "{}\n"
+
 @pytest.mark.slow
 def test_fastai_as_shipped_is_unsafe_and_the_card_names_the_fix(tmp_path):
     """The check end to end with real ranks (one run a scenario): fastai as shipped races; check.json says so."""

@@ -237,6 +237,9 @@ def main(argv: list) -> int:
     given = _given(argv, "hydra.sweep.dir")
     if given:
         out = Path(given).resolve()
+        if out.is_dir() and any(out.iterdir()):  # an earlier check's runs would be counted with this one's
+            print(f"error: hydra.sweep.dir={given}: the folder is not empty; name a new or empty one", file=sys.stderr)
+            return EXIT_BAD_CONFIG
         out.mkdir(parents=True, exist_ok=True)
     else:
         out = fresh_folder(Path("runs") / "check" /
