@@ -82,7 +82,7 @@ def test_ctrl_c_while_race_lab_check_runs_stops_the_check_as_from_a_shell_and_ra
     write before it goes on (async_top_k), so the run is certainly under way when the signal lands. race_lab.check
     passes it on to the check and lets it stop as from a shell, then raises KeyboardInterrupt saying where the runs
     are: exit 130 at once, check.log kept (subprocess.run killed the check 0.25 s after the Ctrl-C: check.log
-    empty), no save or load after the signal, no process left."""
+    empty), the run's summary written, no save or load after the signal, no process left."""
     out = tmp_path / "check"
     proc = subprocess.Popen([sys.executable, "-c", A_TEAMS_SCRIPT, str(out), *ONE_RUN], cwd=ROOT,
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -106,6 +106,9 @@ def test_ctrl_c_while_race_lab_check_runs_stops_the_check_as_from_a_shell_and_ra
     assert took < STOP_WITHIN_S, f"it took {took:.1f} s to stop"
     assert (out / "check.log").read_text().startswith(f"[sweep] 1 jobs into {out}")
     assert not (out / "check.json").exists()  # no verdict from an interrupted check
+    # the run stopped as a single run does and wrote its summary (the Ctrl-C once reached the sweep's idle job
+    # workers too, which broke its pool, and the running job was killed before it could)
+    assert [json.loads(p.read_text())["status"] for p in out.glob("*/summary.json")] == ["interrupted"]
     assert went_on_after_the_signal(events_below(out)) == []
     assert not processes_tagged(str(out))
     assert "Traceback" not in said

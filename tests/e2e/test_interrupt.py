@@ -111,7 +111,8 @@ def a_rank_started(events):
 def test_ctrl_c_stops_a_check_at_once_at_any_moment(tmp_path, moment, when, after):
     """race-lab check: the group's SIGINT ends it with 130 whatever it is doing (a loky worker it reached mid-start
     broke the sweep's pool, and the check went on to a card of 'no verdict', exit 3), and nothing it started is
-    left (a forkserver and its resource tracker outlived it by 1-4 s)."""
+    left (a forkserver and its resource tracker outlived it by 1-4 s); each run it reached wrote its summary (the
+    Ctrl-C once reached the sweep's idle job workers too, which broke its pool and killed the running jobs)."""
     out_dir = tmp_path / "check"
     rc, took, sent, out = interrupt(out_dir, ["check", "framework=torch_loop", "check.repeats=1",
                                               f"hydra.sweep.dir={out_dir}"], after=after, when=when)
@@ -120,3 +121,5 @@ def test_ctrl_c_stops_a_check_at_once_at_any_moment(tmp_path, moment, when, afte
     assert not processes_tagged(str(out_dir))
     assert "Traceback" not in out and out.strip().splitlines()[-1].startswith("interrupted:")
     assert went_on_after_the_signal(events_below(out_dir)) == []
+    launched = [log.parent.parent for log in out_dir.glob("*/events/launcher.jsonl")]
+    assert all((d / "summary.json").exists() for d in launched), launched  # each run reached stopped as one does

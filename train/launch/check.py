@@ -174,21 +174,24 @@ def summaries_by_scenario(out: Path) -> dict:
 
 def run_sweep(command: list, log: Path, jobs: int, job_lines: bool = False) -> int:
     """The sweep, its output into `log`; on the console its jobs' progress, or its line a job (job_lines), and its
-    error lines. Ctrl-C reaches its process group; it ends its jobs and we exit 130."""
+    error lines. It runs in a session of its own, so that Ctrl-C (or SIGTERM) reaches the sweep's process alone, passed
+    on from here: a terminal's Ctrl-C to the group also reached the sweep's idle job workers, whose death broke the
+    pool (joblib's BrokenProcessPool), and the sweep then ended the running jobs before they wrote their summaries.
+    The sweep ends its jobs as single runs stop, and we exit 130."""
     from train.process import end_with_parent
 
     progress = None if job_lines else JobsProgress(jobs, "[check]")
     say = progress.say if progress else print
     with open(log, "w", encoding="utf-8") as written:
         sweep = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 preexec_fn=end_with_parent)  # noqa: PLW1509 (no thread runs yet)
+                                 start_new_session=True, preexec_fn=end_with_parent)  # noqa: PLW1509 (no thread yet)
         interrupted = []
 
-        def pass_on(*_):
+        def pass_on(signum, _frame):
             interrupted.append(True)
-            sweep.send_signal(signal.SIGINT)
+            sweep.send_signal(signum)
 
-        previous = signal.signal(signal.SIGINT, pass_on)
+        previous = {s: signal.signal(s, pass_on) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             for line in sweep.stdout:
                 written.write(line)
@@ -200,7 +203,8 @@ def run_sweep(command: list, log: Path, jobs: int, job_lines: bool = False) -> i
             code = sweep.wait()
             return EXIT_INTERRUPTED if interrupted else code  # however the sweep ended, the check was interrupted
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
             if progress:
                 progress.close()
 
