@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from conftest import ROOT, tagged_env
+from helpers.markdown import PYTHON_BLOCK
 from train.config import ConfigError
 from train.launch.check import plan_check
 from train.report.check_card import card, last_line, result
@@ -224,6 +225,33 @@ def test_the_async_fix_that_holds_every_async_row_checks_safe(tmp_path):
     assert [(r["name"], r["verdict"], r["counted"]) for r in checked["scenarios"]] == [(n, "held", 1) for n in ASYNC]
     assert checked["setup"]["saves"] == "async" and checked["recommended"] == "durable"
 
+
+@pytest.mark.slow
+def test_a_class_of_yours_that_holds_every_checkable_scenario_is_safe_and_names_what_was_not_checked(tmp_path):
+    """fix=own end to end, real ranks: docs/fixes/lightning.md's file copied into a team's package outside the
+    repository holds the six load_best scenarios (one run each); Lightning runs no class of yours on its resume, so
+    the four resume rows are not checked, never counted: exit 0, the last line naming them and how to leave them out."""
+    (tmp_path / "teamio").mkdir()
+    (tmp_path / "teamio" / "__init__.py").write_text("")
+    [code] = PYTHON_BLOCK.findall((ROOT / "docs" / "fixes" / "lightning.md").read_text())
+    (tmp_path / "teamio" / "io.py").write_text(code)
+    out = tmp_path / "check"
+    done = subprocess.run([sys.executable, "-m", "train", "check", "framework=lightning", "fix=own",
+                           "fix._target_=teamio.io.Rank0LeadsCheckpointIO", "check.repeats=1", "check.disks=shared",
+                           f"hydra.sweep.dir={out}"], check=False, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=900, env={**tagged_env(str(out)), "PYTHONPATH": ""})  # the team's folder, as it runs
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    checked = json.loads((out / "check.json").read_text())
+    rows = {r["name"]: r["verdict"] for r in checked["scenarios"]}
+    resume = ["crash_mid_save", "pointer_first", "cleanup", "resume_disagree"]
+    assert rows == {**{n: "held" for n in ["seed", "stale", "torn", "skip_if_missing", "disagree", "save_fails"]},
+                    **{n: "not_checked" for n in resume}}
+    assert checked["verdict"] == "safe" and checked["class"] == "teamio.io.Rank0LeadsCheckpointIO"
+    assert last_line(checked) == (
+        f"safe on the 6 checked; 4 not checkable ({', '.join(resume)}: framework=lightning has no way to do fix=own "
+        "for workload=resume; if your jobs never restart, check.restarts=false leaves them out; check.strict=true "
+        "fails the check on them)")
+    assert " ".join(done.stdout.split()).count(last_line(checked)) == 1  # the card's answer, as wrapped on the console
 
 def test_a_race_says_what_holds_it_in_its_framework_as_measured(tmp_path):
     write_measured(tmp_path, [("lightning", "no_shared_fs", "broadcast", 5, 0, 0),
