@@ -295,6 +295,32 @@ def test_a_timeline_starts_at_the_first_rank_and_shows_the_whole_explanation(tmp
     assert figs["long"].get_figwidth() == figs["short"].get_figwidth()
 
 
+def test_a_timeline_marks_where_your_code_opened_a_checkpoint_and_names_the_file(tmp_path):
+    """fix=own: the file_op events with `by` (a frame of your package) are drawn above each rank's bar, a read and
+    a write each in a mark of its own, the file named at its first open; the framework's own opens are not drawn."""
+    from train.report.timeline import timeline_figure
+
+    run = tmp_path / "own"
+    events = made_run(run, "race: rank 1 read mine.pt before rank 0 wrote it", n_ranks=2)
+    ops = [(1006.0, 0, "w", "/team/io.py:12"), (1005.7, 1, "r", "/team/io.py:20"), (1005.8, 1, "r", "/team/io.py:20"),
+           (1005.9, 1, "r", None)]  # the last: the framework's own read of the file
+    events = sorted(events + [{"t": t, "rank": r, "event": "file_op", "op": "open", "path": "/run/models/mine.pt",
+                               "mode": mode, **({"by": by} if by else {})} for t, r, mode, by in ops],
+                    key=lambda e: e["t"])
+    fig = timeline_figure(run, events)
+    ax = fig.axes[0]
+    marks = {(line.get_marker(), round(float(line.get_xdata()[0]), 3), round(float(line.get_ydata()[0]), 3))
+             for line in ax.lines if line.get_marker() in ("v", "^")}
+    assert marks == {("^", 1.0, -0.4), ("v", 0.7, 0.6), ("v", 0.8, 0.6)}  # seconds from the first rank's start
+    assert sorted(t.get_text() for t in ax.texts if "mine.pt" in t.get_text()) == [" mine.pt", " mine.pt"]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels[-2:] == ["your code read this file", "your code wrote this file"]
+    assert_timeline_fits(fig, "race: rank 1 read mine.pt before rank 0 wrote it")
+    plain = timeline_figure(run, [e for e in events if not e.get("by")])
+    assert not [line for line in plain.axes[0].lines if line.get_marker() in ("v", "^")]
+    assert not any("your code" in t.get_text() for t in plain.legends[0].get_texts())
+
+
 @pytest.mark.slow  # the real sweep (the `real` fixture)
 def test_a_real_runs_timeline(real):
     from train.report.timeline import draw_timeline, timeline_figure

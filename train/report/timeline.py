@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from train.events import read_events
-from train.judge.vocabulary import saves
+from train.judge.vocabulary import file_name, saves
 from train.report.files import save_png_atomic
 from train.report.run_records import fix_name, load_summary, read_summary
 
@@ -17,11 +17,18 @@ PHASES = [  # (label, start event, end events, colour), drawn in this order
     ("loading", "load_attempt", ("load_done", "load_error", "resume"), "#31a354"),
 ]
 FAILURES = ("load_error", "sync_error", "save_error", "crash", "rotate_error", "train_error")
+YOURS = {"r": ("read", "v", "#006d2c"), "w": ("wrote", "^", "#08519c")}  # your code's opens (file_op with `by`)
+
+
+def opened_by_you(events: list) -> list:
+    """The checkpoint files your code (fix=own's package) opened, as train/rank/observe.py saw them."""
+    return [e for e in events if e["event"] == "file_op" and e.get("op") == "open" and e.get("by")]
 
 
 def timeline_figure(run: Path, events: list):
     """One bar per rank: start-up, training, skew, saving, waiting at its sync, loading; failures
-    marked and each rank's outcome on the right. After restarts (launch.max_restarts) each attempt's phases
+    marked, each open of a checkpoint file by your code (fix=own) above its rank's bar with the file's name, and
+    each rank's outcome on the right. After restarts (launch.max_restarts) each attempt's phases
     are drawn on, and a dotted line marks where each restart began. Time runs from the first rank's start: the
     launcher's own start-up before it is only given, in the x label. The title holds the run's
     whole explanation, wrapped, and the figure grows to fit it."""
@@ -56,6 +63,14 @@ def timeline_figure(run: Path, events: list):
         for e in mine:
             if e["event"] in FAILURES:
                 ax.plot(e["t"] - t0, y, marker="X", color="#d62728", markersize=11, zorder=5)
+        named = set()
+        for e in opened_by_you(mine):  # above the bar; each file named where your code first opened it
+            _, marker, colour = YOURS[e.get("mode", "r")]
+            ax.plot(e["t"] - t0, y - 0.4, marker=marker, color=colour, markersize=7, linestyle="none", zorder=6)
+            if (e.get("mode"), e["path"]) not in named:
+                named.add((e.get("mode"), e["path"]))
+                ax.text(e["t"] - t0, y - 0.4, f" {file_name(e['path'])}", fontsize=7, va="center", color=colour,
+                        clip_on=True)
     for n, began in restarts:  # where each restart began: its first rank's start
         ax.axvline(began - t0, color="#636363", linestyle=":", linewidth=1.5)
         ax.text(began - t0, -0.55, f" attempt {n}", fontsize=8, va="bottom", color="#636363")
@@ -82,6 +97,9 @@ def timeline_figure(run: Path, events: list):
     title = fig.suptitle(figures.wrap(fig, f"{head}\n{summary['explanation']}", fontsize=9), fontsize=9)
     handles = [Patch(color=c, label=label) for label, _, _, c in PHASES]
     handles.append(Line2D([], [], marker="X", color="#d62728", linestyle="none", label="failure"))
+    modes = {e.get("mode", "r") for e in opened_by_you(events)}
+    handles += [Line2D([], [], marker=marker, color=colour, linestyle="none", label=f"your code {verb} this file")
+                for mode, (verb, marker, colour) in YOURS.items() if mode in modes]
     key = figures.legend(fig, handles, fontsize=8)
     figures.grow_to_fit(fig, 0.9 + 0.5 * len(ranks), title, key)  # the bars and the x axis, then title and legend
     return fig
