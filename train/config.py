@@ -71,7 +71,8 @@ class FaultConfig:
                                            "goes into one folder, over the last, and at fault.kill_epoch's save "
                                            "(first attempt) rank 1 is killed before writing its shard once rank 0 "
                                            "has written its own (dcp_overwrite); slow_write (framework=lightning): "
-                                           "at fault.kill_epoch's save (first attempt) rank 0's write takes 4 s, "
+                                           "at fault.kill_epoch's save (first attempt) rank 0's write takes "
+                                           "fault.slow_write_s, "
                                            "and with kill_at=after_save rank 0 is killed once that save has "
                                            "returned (async_top_k); exit_pending: the loop does not wait for its last "
                                            "save before the process ends, and at fault.kill_epoch's save (first "
@@ -82,6 +83,9 @@ class FaultConfig:
                                      choices=["in_flight", "shared_group", "overwrite", "slow_write", "exit_pending",
                                               "overlap"],
                                      only={"checkpoint.async_save": [True]})
+    slow_write_s: float = key(4.0, "fault.async_fault=slow_write: how long rank 0's write of fault.kill_epoch's "
+                                   "checkpoint takes (a slow disk)", above=0, max=86400,
+                              only={"fault.async_fault": ["slow_write"]})
 
 
 @dataclass

@@ -232,10 +232,10 @@ class Faults:
 
     def async_write(self, epoch: int):
         """framework=lightning, in AsyncCheckpointIO's thread, before the wrapped CheckpointIO writes epoch's
-        checkpoint. slow_write: at fault.kill_epoch's save (first attempt) the write stalls SLOW_WRITE_S first, a slow
+        checkpoint. slow_write: at fault.kill_epoch's save (first attempt) the write stalls fault.slow_write_s first, a slow
         disk; rank 0 is killed once that save has returned (kill_at=after_save), its write still in flight."""
         if self._async_at("slow_write", epoch) and self.rank == 0:
-            self._stall("slow_write", SLOW_WRITE_S, epoch=epoch)
+            self._stall("slow_write", self.fault["slow_write_s"], epoch=epoch)
 
     def _stall(self, name, seconds, **fields):
         """A stall of `seconds`; the skew's ends once every other rank is settled (skew.end_when_settled)."""
@@ -251,13 +251,12 @@ class Faults:
 IN_FLIGHT_S = 2.0  # fault.async_fault=in_flight: how far into the save's window rank 0 is killed
 OVERLAP_S = 1.5  # fault.async_fault=overlap: how long rank 0's slow write goes on once the next save is dispatched
 EXIT_PENDING_S = 3.0  # fault.async_fault=exit_pending: how long rank 0's write of fault.kill_epoch's shard takes
-SLOW_WRITE_S = 4.0  # fault.async_fault=slow_write: how long the write of fault.kill_epoch's checkpoint takes
 ASYNC_FAULTS = {
     "in_flight": "rank 0 is killed with SIGKILL while fault.kill_epoch's async save is still being written",
     "shared_group": "the async save's collectives run on the training's process group",
     "overwrite": "every save goes into one folder, over the last; at fault.kill_epoch's save rank 1 is killed before "
                  "writing its shard, once rank 0 has written its own",
-    "slow_write": f"at fault.kill_epoch's save rank 0's write takes {SLOW_WRITE_S:g} s (a slow disk), and rank 0 is "
+    "slow_write": "at fault.kill_epoch's save rank 0's write takes {slow_write_s:g} s (a slow disk), and rank 0 is "
                   "killed with SIGKILL once that save has returned, on the first attempt",
     "overlap": "the loop dispatches each async save without waiting for the one before; at fault.kill_epoch's save "
                f"rank 0's write of its shard lasts until the next save is dispatched (up to {EXIT_PENDING_S:g} s, a "
@@ -304,7 +303,7 @@ def describe(cfg: dict) -> str:
     if ckpt["async_save"]:
         how = "Lightning's AsyncCheckpointIO" if cfg["framework"]["name"] == "lightning" else "dcp.async_save"
         parts.append(f"checkpoints are saved in the background ({how}) while training goes on")
-    parts += [ASYNC_FAULTS[fault["async_fault"]]] if fault["async_fault"] else []
+    parts += [ASYNC_FAULTS[fault["async_fault"]].format(**fault)] if fault["async_fault"] else []
     if ckpt["keep_last"]:
         parts.append(f"checkpoints rotate: the newest {ckpt['keep_last']} are kept")
     if ckpt["pointer"] and cfg["framework"]["name"] == "lightning":

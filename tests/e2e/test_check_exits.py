@@ -63,10 +63,13 @@ def test_race_lab_failing_is_exit_3_with_one_line_never_a_race_and_race_lab_chec
 
 
 A_TEAMS_SCRIPT = textwrap.dedent("""
+    import signal
     import sys
 
     import race_lab
 
+    # as run from a terminal, however pytest was started (a background job's processes inherit SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         race_lab.check("lightning", "on_durable", None, *sys.argv[2:], folder=sys.argv[1])
     except KeyboardInterrupt as e:
@@ -75,17 +78,21 @@ A_TEAMS_SCRIPT = textwrap.dedent("""
 """)
 
 
+SLOW = 120  # fault.slow_write_s: far longer than the signal can take to come; the Ctrl-C ends it
+
+
 @pytest.mark.slow
 def test_ctrl_c_while_race_lab_check_runs_stops_the_check_as_from_a_shell_and_raises_keyboard_interrupt(tmp_path):
     """A team's script calls race_lab.check; Ctrl-C (SIGINT to its process group, as its terminal sends it) the
-    moment rank 0 of the check's one run begins its slow write: with fix=on_durable rank 0 waits those 4 s for the
-    write before it goes on (async_top_k), so the run is certainly under way when the signal lands. race_lab.check
-    passes it on to the check and lets it stop as from a shell, then raises KeyboardInterrupt saying where the runs
-    are: exit 130 at once, check.log kept (subprocess.run killed the check 0.25 s after the Ctrl-C: check.log
-    empty), the run's summary written, no save or load after the signal, no process left."""
+    moment rank 0 of the check's one run begins its slow write: with fix=on_durable rank 0 waits for that write
+    (async_top_k), made SLOW s long, so the run is certainly under way when the signal lands (with the scenario's
+    4 s, the check once ended before it on CI's loaded cores: exit 0). race_lab.check passes it on to the check
+    and lets it stop as from a shell, then raises KeyboardInterrupt saying where the runs are: exit 130 at once,
+    check.log kept (subprocess.run killed the check 0.25 s after the Ctrl-C: check.log empty), the run's summary
+    written, no save or load after the signal, no process left."""
     out = tmp_path / "check"
-    proc = subprocess.Popen([sys.executable, "-c", A_TEAMS_SCRIPT, str(out), *ONE_RUN], cwd=ROOT,
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen([sys.executable, "-c", A_TEAMS_SCRIPT, str(out), *ONE_RUN, f"fault.slow_write_s={SLOW}"],
+                            cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=tagged_env(str(out)))
     try:
         deadline = time.monotonic() + 240

@@ -1,6 +1,6 @@
 """Lightning's AsyncCheckpointIO with ModelCheckpoint(save_top_k=1) (issue 27, scenario=async_top_k, Lightning#14035):
 real gloo ranks (world_size=2), Lightning 2.6 as shipped, a real SIGKILL and torch elastic's own restart. At epoch 1's
-save rank 0's write takes 4 s (faults.SLOW_WRITE_S) and rank 0 is killed once that save has returned.
+save rank 0's write takes 4 s (fault.slow_write_s) and rank 0 is killed once that save has returned.
 
 - as shipped: Lightning removed epoch 0's complete checkpoint before epoch 1's was written; the kill leaves no
   checkpoint, and the restart starts over: stale, 10 steps redone, never clean;
