@@ -64,27 +64,19 @@ class FaultConfig:
                                  "(seed+1) leaves its epoch-0 checkpoint and its tag in checkpoint.dir, as that run's "
                                  "fix wrote them (stale_tag)",
                           only={"workload": ["resume"], "framework.name": ["deepspeed"]})
-    async_fault: Optional[str] = key(None, "checkpoint.async_save: in_flight: at fault.kill_epoch's save (first "
-                                           "attempt), rank 0 is killed with SIGKILL while the save is still being "
-                                           "written (async_in_flight); shared_group: every save's collectives run on "
-                                           "the training's process group (async_shared_group); overwrite: every save "
-                                           "goes into one folder, over the last, and at fault.kill_epoch's save "
-                                           "(first attempt) rank 1 is killed before writing its shard once rank 0 "
-                                           "has written its own (dcp_overwrite); slow_write (framework=lightning): "
-                                           "at fault.kill_epoch's save (first attempt) rank 0's write takes "
-                                           "fault.slow_write_s, "
-                                           "and with kill_at=after_save rank 0 is killed once that save has "
-                                           "returned (async_top_k); exit_pending: the loop does not wait for its last "
-                                           "save before the process ends, and at fault.kill_epoch's save (first "
-                                           "attempt) rank 0's write of its shard takes 3 s (async_exit_pending); "
-                                           "overlap: the loop dispatches each save without waiting for the one "
-                                           "before, and at fault.kill_epoch's save (first attempt) rank 0's write of "
-                                           "its shard lasts until the next save is dispatched (async_overlap)",
+    async_fault: Optional[str] = key(None, "checkpoint.async_save, at fault.kill_epoch's save (first attempt): "
+                                           "in_flight, rank 0 killed while the save is written (async_in_flight); "
+                                           "shared_group, the save's collectives on the training's group "
+                                           "(async_shared_group); overwrite, every save into one folder and rank 1 "
+                                           "killed before its shard (dcp_overwrite); slow_write (framework=lightning), "
+                                           "rank 0's write takes fault.slow_write_s (async_top_k); exit_pending, the "
+                                           "loop does not wait for its last save and rank 0's shard takes 3 s "
+                                           "(async_exit_pending); overlap, each save dispatched without waiting for "
+                                           "the one before (async_overlap); docs/async.md says each",
                                      choices=["in_flight", "shared_group", "overwrite", "slow_write", "exit_pending",
                                               "overlap"],
                                      only={"checkpoint.async_save": [True]})
-    slow_write_s: float = key(4.0, "fault.async_fault=slow_write: how long rank 0's write of fault.kill_epoch's "
-                                   "checkpoint takes (a slow disk)", above=0, max=86400,
+    slow_write_s: float = key(4.0, "how long rank 0's slow write takes (a slow disk)", above=0, max=86400,
                               only={"fault.async_fault": ["slow_write"]})
 
 
