@@ -232,8 +232,8 @@ class Faults:
 
     def async_write(self, epoch: int):
         """framework=lightning, in AsyncCheckpointIO's thread, before the wrapped CheckpointIO writes epoch's
-        checkpoint. slow_write: at fault.kill_epoch's save (first attempt) the write stalls fault.slow_write_s first, a slow
-        disk; rank 0 is killed once that save has returned (kill_at=after_save), its write still in flight."""
+        checkpoint. slow_write: at fault.kill_epoch's save (first attempt) the write stalls fault.slow_write_s first,
+        a slow disk; rank 0 is killed once that save has returned (kill_at=after_save), its write still in flight."""
         if self._async_at("slow_write", epoch) and self.rank == 0:
             self._stall("slow_write", self.fault["slow_write_s"], epoch=epoch)
 

@@ -211,6 +211,11 @@ class RestartGate(logging.Handler):
             raise SignalException("crash loop", sigval=signal.SIGTERM)
 
 
+def may_loop(cfg: dict) -> bool:
+    """Whether a run can crash-loop: a resume run with restarts."""
+    return cfg["workload"] == "resume" and cfg["launch"]["max_restarts"] > 0
+
+
 CRASH_LOOP_POLL_S = 0.25
 
 
@@ -218,7 +223,7 @@ def watch_for_crash_loop(cfg: dict, run_dir: Path, events: EventLog, stopper: St
     """For a framework that restarts its own workers (Ray), where no agent restarts them: a thread that ends the run
     by SIGTERM once the events prove a crash loop while restarts remain. Returns the thread, or None."""
     restarts = cfg["launch"]["max_restarts"]
-    if cfg["workload"] != "resume" or restarts == 0 or not framework_named(cfg["framework"]["name"]).own_workers:
+    if not may_loop(cfg) or not framework_named(cfg["framework"]["name"]).own_workers:
         return None
 
     def watch():
@@ -238,8 +243,7 @@ def watch_for_crash_loop(cfg: dict, run_dir: Path, events: EventLog, stopper: St
 def gate_restarts(cfg: dict, run_dir: Path, events: EventLog, stopper: Stopper):
     """The handler that ends a crash loop at the agent's restart, or None where none can loop (no restarts, not a
     resume run, or a framework that restarts its own workers). Pass it to log_agent_to."""
-    if cfg["workload"] != "resume" or cfg["launch"]["max_restarts"] == 0 or \
-            framework_named(cfg["framework"]["name"]).own_workers:
+    if not may_loop(cfg) or framework_named(cfg["framework"]["name"]).own_workers:
         return None
     logging.getLogger(RESTART_LOGGER).setLevel(logging.INFO)  # torch elastic sets its loggers to WARNING
     return RestartGate(run_dir, events, stopper)
