@@ -4,9 +4,13 @@ every job at once and leaves nothing running (slow); and at the default JOBS the
 their verdict in 5 of 5 repeats (slow)."""
 import csv
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 
 from conftest import ROOT, processes_tagged, tagged_env
@@ -74,6 +78,42 @@ def test_ctrl_c_stops_every_job_side_by_side_at_once_and_runs_none_of_the_queued
     assert {json.loads(s.read_text())["verdict"] for s in summaries} == {"interrupted"}
     assert f"[sweep] stopped by SIGINT; the jobs that ran are in {sweep}" in out
 
+
+
+def test_a_worker_whose_job_is_over_holds_the_ctrl_c_and_the_pool_stays_whole(tmp_path):
+    """The sweep passes a Ctrl-C on to each job's worker, the one whose job is over too: in loky's idle loop it
+    raised KeyboardInterrupt, the worker died, the pool broke and the sweep ended, killing the running job before
+    its summary (CI: a check's runs left without one). The worker holds the signal; the sweep runs on, and a
+    Ctrl-C then stops it as one does, each job's summary written."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "train", "-m", f"hydra.sweep.dir={sweep}", *SIDE_BY_SIDE,
+                             "world_size=2", "fix=unsynced", "skew.seconds=0,120"], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=tagged_env(str(sweep)))
+    try:
+        stalling = []
+        while not stalling or len(list(sweep.glob("*/summary.json"))) < 1:  # one job over, the other's rank 0 stalls
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            stalling = [e["pid"] for e in events_below(sweep) if e["rank"] == 0 and e["event"] == "rank_start"
+                        and "skew120" in str(e["file"])]
+            time.sleep(0.1)
+        running = {p.pid for p in psutil.Process(stalling[0]).parents()}
+        idle = [w for w in psutil.Process(proc.pid).children() if os.getsid(w.pid) == w.pid and w.pid not in running]
+        assert len(idle) == 1, idle
+        idle[0].send_signal(signal.SIGINT)
+        time.sleep(2)
+        assert proc.poll() is None, proc.communicate()[0][-3000:]  # the pool is whole, the sweep goes on
+        os.killpg(proc.pid, signal.SIGINT)
+        out = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+    assert not processes_tagged(str(sweep))
+    runs = sorted(events.parent for events in sweep.glob("*/events"))  # the quick job's first
+    assert len(runs) == 2 and all((run / "summary.json").exists() for run in runs), runs
+    verdicts = [json.loads((run / "summary.json").read_text())["verdict"] for run in runs]
+    assert verdicts[0] != "interrupted" and verdicts[1] == "interrupted", verdicts
 
 # The must-hold cells run 5 times each at the default JOBS: a representative subset of the matrix (the whole,
 # 61 cells x 5, takes about 15 minutes on 2 cores). It holds every verdict and every kind of margin: a late

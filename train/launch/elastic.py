@@ -116,6 +116,22 @@ def raise_signal_exception(signum, frame):
     raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
 
 
+held = []  # the signal a side-by-side sweep's worker took outside a run (hold_signal), for its run to stop on
+
+
+def hold_signal(signum, frame):
+    """A sweep's job worker before and after its run (train/launch/sweep.py enter_worker): the Ctrl-C or SIGTERM
+    waits for the run, which stops on it as it starts (raise_held). Raised there instead, it broke the sweep's
+    pool, and the sweep's end killed its other running jobs before they wrote their summaries."""
+    held.append(signum)
+
+
+def raise_held():
+    """Inside a run's handlers: a signal held before them is the run's interrupt."""
+    if held:
+        raise_signal_exception(held.pop(), None)
+
+
 def port_in_use(endpoint: str):
     """A fixed rendezvous port on this host that another process holds: the reason, else None."""
     host, _, port = endpoint.rpartition(":")

@@ -11,7 +11,7 @@ from train.faults import describe as describe_faults
 from train.judge.verdict import judge
 from train.judge.vocabulary import worst_status
 from train.launch import nodes
-from train.launch.elastic import raise_signal_exception, launch
+from train.launch.elastic import launch, raise_held, raise_signal_exception
 from train.report import node_records
 from train.report.console import format_table
 from train.report.environment import environment
@@ -65,6 +65,7 @@ def _run_experiment(cfg: dict, plan, run_dir: Path, task_overrides: list, echo: 
     before = {s: signal.signal(s, raise_signal_exception) for s in (signal.SIGINT, signal.SIGTERM)}
     try:  # a signal from launch_start on is the run's interrupt, also before launch() takes over the handlers
         events.record("launch_start", **start)
+        raise_held()  # a sweep's worker took it before the run began
         status = launch(cfg, plan, run_dir, events, echo)
     except SignalException as e:
         events.record("signal", name=signal.Signals(e.sigval).name)

@@ -197,6 +197,10 @@ def run_nodes_here(cfg: dict, plan: dict, run_dir: Path, events, run_node, disk:
                 agent.terminate()  # SIGTERM: the agent stops its ranks and records it
 
     before = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    from train.launch.elastic import held  # (elastic.py imports this module)
+
+    while held:  # a sweep's worker took it before the agents started
+        forward(held.pop(), None)
     try:
         for agent in agents:
             agent.join()

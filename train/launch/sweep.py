@@ -108,13 +108,17 @@ stopped_by = []  # the signal that stopped this process's side-by-side sweep, on
 
 def enter_worker():
     """In a side-by-side job's worker, before its job: a session of its own, so that Ctrl-C at the
-    terminal reaches the sweep's process alone, which passes it on once to each worker (pass_on); and
-    the worker dies with the sweep's process, as ranks and forkservers do (train/launch/forkserver.py)."""
+    terminal reaches the sweep's process alone, which passes it on once to each worker (pass_on); the
+    worker dies with the sweep's process, as ranks and forkservers do (train/launch/forkserver.py); and
+    outside its run the worker holds that signal for the run (loky's default raised KeyboardInterrupt)."""
+    from train.launch.elastic import hold_signal
     from train.process import end_with_parent
 
     if os.getsid(0) != os.getpid():
         os.setsid()
         end_with_parent()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, hold_signal)
 
 
 def stopped(sweep_dir) -> bool:
