@@ -115,10 +115,10 @@ def enter_worker():
     from train.process import end_with_parent
 
     if os.getsid(0) != os.getpid():
+        for signum in (signal.SIGINT, signal.SIGTERM):  # first: once a session leader, pass_on may signal it
+            signal.signal(signum, hold_signal)
         os.setsid()
         end_with_parent()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, hold_signal)
 
 
 def stopped(sweep_dir) -> bool:
