@@ -21,6 +21,7 @@ from train.events import EventLog, read_events
 from train.frameworks.registry import get as framework_named
 from train.judge.crash_loop import crash_loop
 from train.launch.forkserver import ensure_forkserver, framework_modules, start_now as start_forkserver_now
+from train.launch.held_signal import held
 from train.launch.nodes import rank_start_method
 from train.launch.preflight import first_line
 from train.launch.quiet import quiet_console
@@ -114,16 +115,6 @@ def log_agent_to(path: Path, *also: logging.Handler) -> logging.Handler:
 
 def raise_signal_exception(signum, frame):
     raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
-
-
-held = []  # the signal a side-by-side sweep's worker took outside a run (hold_signal), for its run to stop on
-
-
-def hold_signal(signum, frame):
-    """A sweep's job worker before and after its run (train/launch/sweep.py enter_worker): the Ctrl-C or SIGTERM
-    waits for the run, which stops on it as it starts (raise_held). Raised there instead, it broke the sweep's
-    pool, and the sweep's end killed its other running jobs before they wrote their summaries."""
-    held.append(signum)
 
 
 def raise_held():

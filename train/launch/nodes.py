@@ -25,6 +25,7 @@ from pathlib import Path
 
 from train.config import ConfigError
 from train.launch.forkserver import ensure_forkserver, framework_modules
+from train.launch.held_signal import held
 from train.report.node_records import (
     MERGED_INTO,
     NODE_SUMMARY,
@@ -197,8 +198,6 @@ def run_nodes_here(cfg: dict, plan: dict, run_dir: Path, events, run_node, disk:
                 agent.terminate()  # SIGTERM: the agent stops its ranks and records it
 
     before = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    from train.launch.elastic import held  # (elastic.py imports this module)
-
     while held:  # a sweep's worker took it before the agents started
         forward(held.pop(), None)
     try:
