@@ -5,7 +5,7 @@ run stops on a held signal as it starts (train/launch/elastic.py raise_held, tra
 the worker instead (loky's default: KeyboardInterrupt), it broke the sweep's pool, and the sweep's end killed its
 other running jobs before they wrote their summaries."""
 
-held = []  # the signals taken outside a run, oldest first
+held = []  # the signals taken outside a run, in the order they came
 
 
 def hold_signal(signum, frame):

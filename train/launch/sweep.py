@@ -30,6 +30,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 
+from train.launch.held_signal import hold_signal
 from train.launch.progress import JobsProgress
 
 HYDRA_LAUNCHER_LOGS = ("hydra._internal.core_plugins.basic_launcher",  # "Launching N jobs", "#k : point"
@@ -111,7 +112,6 @@ def enter_worker():
     terminal reaches the sweep's process alone, which passes it on once to each worker (pass_on); the
     worker dies with the sweep's process, as ranks and forkservers do (train/launch/forkserver.py); and
     outside its run the worker holds that signal for the run (loky's default raised KeyboardInterrupt)."""
-    from train.launch.held_signal import hold_signal
     from train.process import end_with_parent
 
     if os.getsid(0) != os.getpid():
