@@ -15,10 +15,12 @@ The resume's (workload=resume; fault.kill_epoch, kill_at, stale_listing, delete_
   before_delete    a rotation's delete of an old checkpoint (it comes second: cleanup)
 The async save's (checkpoint.async_save; fault.async_fault at fault.kill_epoch's save, first attempt):
   async_before_shard / async_after_shard   a rank's write of its shard, in the save's thread: in_flight stalls rank
-                   0's there (the save stays in flight); overwrite kills rank 1 before its write once rank 0 wrote
+                   0's there (the save stays in flight); overwrite kills rank 1 before its write once rank 0 wrote;
+                   exit_pending stalls rank 0's write there (a slow disk) until the loop waits for it or the
+                   rank has left; overlap holds rank 0's write there until the loop has dispatched the next save
   async_dispatched the loop's steps after dispatching a save are done: in_flight kills rank 0 here, save in flight
-                   exit_pending stalls rank 0's write there (a slow disk): the loop ends with the save pending;
-                   overlap holds rank 0's write there until the loop has dispatched the next save
+  async_awaited    the loop begins to wait for a save (its Future, or the fix's completion step): exit_pending's
+                   write ends its stall
   async_write      Lightning's wrapped CheckpointIO, in AsyncCheckpointIO's thread, before it writes: slow_write
                    stalls there (a slow disk); the kill is kill_point's after_save, once the save has returned
 A kill is SIGKILL from the rank itself, on the first attempt only: no exception, no handler, no flush.
@@ -44,6 +46,7 @@ class Faults:
         self.events, self.say = events, say
         self.in_flight = threading.Event()  # fault.async_fault=in_flight: rank 0's save thread holds its save
         self.dispatched = -1  # the newest epoch whose async save the loop has dispatched (overlap)
+        self.awaited = -1  # the newest epoch whose async save the loop has begun to wait for (exit_pending)
 
     @property
     def rank(self) -> int:
@@ -188,11 +191,12 @@ class Faults:
     def async_before_shard(self, epoch: int, rank: int):
         """In the save's thread, before `rank` writes its shard. overwrite: rank 1 waits until rank 0 has written
         its shard (the rendezvous store says so), then is killed with SIGKILL before writing its own. exit_pending:
-        rank 0's write takes EXIT_PENDING_S (a slow disk), so the save is still pending when the loop ends. overlap:
+        rank 0's write takes EXIT_PENDING_S (a slow disk) and goes on until the loop waits for it or the rank has
+        left (_write_until_the_loop_is_done): a loop that does not wait ends with the save pending. overlap:
         rank 0's write lasts until the loop has dispatched the next save (up to EXIT_PENDING_S), then OVERLAP_S more,
         so two saves are in flight at once."""
         if self._async_at("exit_pending", epoch) and rank == 0:
-            self._stall("slow_write", EXIT_PENDING_S, epoch=epoch)
+            self._write_until_the_loop_is_done(epoch)
         if self._async_at("overlap", epoch) and rank == 0:  # until the next save is dispatched, up to 3 s
             self.events.record("slow_write_start", seconds=EXIT_PENDING_S, epoch=epoch)
             deadline = time.monotonic() + EXIT_PENDING_S
@@ -230,6 +234,23 @@ class Faults:
             self.say(f"Killed with SIGKILL while epoch {epoch}'s async save is in flight (fault.async_fault).")
             os.kill(os.getpid(), signal.SIGKILL)
 
+    def async_awaited(self, epoch: int):
+        """In the loop, as it begins to wait for epoch's async save (its Future, or the fix's completion step)."""
+        self.awaited = max(self.awaited, epoch)
+
+    def _write_until_the_loop_is_done(self, epoch: int):
+        """exit_pending's slow write: EXIT_PENDING_S, then on until the loop waits for this save or the rank has
+        left (its process group destroyed), up to timeout.collective_s. That a loop which does not wait ends with
+        the save pending is so by construction, not by how fast a loaded machine runs the loop's end (its count at
+        the end waits for every rank, which can take longer than the write)."""
+        self.events.record("slow_write_start", seconds=EXIT_PENDING_S, epoch=epoch)
+        time.sleep(EXIT_PENDING_S)
+        deadline = time.monotonic() + self.collective_s
+        while self.awaited < epoch and dist.is_initialized() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        until = "awaited" if self.awaited >= epoch else "rank_left" if not dist.is_initialized() else "timeout"
+        self.events.record("slow_write_end", until=until)
+
     def async_write(self, epoch: int):
         """framework=lightning, in AsyncCheckpointIO's thread, before the wrapped CheckpointIO writes epoch's
         checkpoint. slow_write: at fault.kill_epoch's save (first attempt) the write stalls fault.slow_write_s first,
@@ -262,7 +283,8 @@ ASYNC_FAULTS = {
                f"rank 0's write of its shard lasts until the next save is dispatched (up to {EXIT_PENDING_S:g} s, a "
                "slow disk), on the first attempt",
     "exit_pending": "the loop does not wait for its last save before the process ends; at fault.kill_epoch's save "
-                    f"rank 0's write of its shard takes {EXIT_PENDING_S:g} s (a slow disk), on the first attempt",
+                    f"rank 0's write of its shard takes {EXIT_PENDING_S:g} s (a slow disk) and lasts until the loop "
+                    "waits for it or the rank has left, on the first attempt",
 }
 
 

@@ -5,7 +5,8 @@ fix it is for, one Hydra multirun per scenario, the three side by side:
 - async_in_flight: `latest` and the cleanup advance at dispatch; rank 0 is killed while epoch 1's save is in flight:
   the restart follows `latest` to a folder with no .metadata and runs out of restarts (not clean); on_durable: the
   pointer and cleanup wait for the Future and a barrier, and the restart resumes from epoch 0: clean.
-- async_exit_pending: the loop does not wait for its last save, rank 0's write of it takes 3 s, and the rank ends
+- async_exit_pending: the loop does not wait for its last save, rank 0's write of it takes 3 s and lasts until
+  the loop waits for it or the rank has left, and the rank ends
   (its process group destroyed, the save's with it): the save's next collective raises in its thread, nobody hears,
   and the run finishes with its final checkpoint never committed (missing, not clean); on_durable waits for it at
   the end (its completion step): clean, the last checkpoint whole.
@@ -85,12 +86,15 @@ def test_a_run_that_ends_with_its_last_save_pending_loses_it_and_on_durable_wait
     # raised in the save's thread, awaited by no one
     assert {e["step"] for e in events if e["event"] == "async_save_error"} == {30}
     assert all(e["event"] != "train_error" for e in events)  # nothing said so in the loop: it exited 0
+    # rank 0's slow write (reached where the plan's collective came before the ranks left) ended as the rank left
+    assert {e["until"] for e in events if e["event"] == "slow_write_end"} <= {"rank_left"}
     fixed, job = by_fix(groups["exit_pending"])["on_durable"]
     assert fixed["verdict"] == "clean", fixed["explanation"]
     events = events_of(job)
     assert [e["step"] for e in events if e["event"] == "save_commit"] == [10, 20, 30]
     end = next(e for e in events if e["event"] == "save_end" and e["step"] == 30)
     assert end["durable_t"] - end["dispatched_t"] >= 2.5  # it waited through rank 0's slow write
+    assert [e["until"] for e in events if e["event"] == "slow_write_end"] == ["awaited"]
     assert (Path(end["path"]) / ".metadata").exists()
 
 

@@ -29,6 +29,9 @@ class NoFaults:
     def async_dispatched(self, epoch, path):
         pass
 
+    def async_awaited(self, epoch):
+        pass
+
 
 class Loop:
     """What the saver uses of the resume loop (train/frameworks/torch_loop/resume.py): the folder, `latest` (the

@@ -213,6 +213,7 @@ class AsyncSaver:
         if pending is None:
             return
         self.waiting = pending  # still in flight for the watcher, until its Future resolved
+        self.faults.async_awaited(pending["epoch"])
         try:
             if self.on_durable:
                 def commit():
