@@ -170,6 +170,10 @@ class FixConfig:
                      choices=["sync_save", "async_save", "rotation"])
     kwargs: Dict[str, Any] = key({}, "fix=own: keyword arguments for your class's constructor, e.g. "
                                      "+fix.kwargs.wait_s=5; checked before any rank starts")
+    ckpt_path: str = key("last", "fix=own, Lightning's resume: what trainer.fit(ckpt_path=...) gets at each attempt's "
+                                 "start: last (each rank finds it, as shipped), or module.function of yours, called "
+                                 "with the checkpoint folder on every rank; checked before any rank starts",
+                         only={"fix.name": ["own"], "framework.name": ["lightning"]})
 
 
 @dataclass

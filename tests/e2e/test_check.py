@@ -227,30 +227,28 @@ def test_the_async_fix_that_holds_every_async_row_checks_safe(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_class_of_yours_that_holds_every_checkable_scenario_is_safe_and_names_what_was_not_checked(tmp_path):
+def test_a_class_of_yours_that_holds_every_scenario_with_its_own_resume_pick_is_safe(tmp_path):
     """fix=own end to end, real ranks: docs/fixes/lightning.md's file copied into a team's package outside the
-    repository holds the six load_best scenarios (one run each); Lightning runs no class of yours on its resume, so
-    the four resume rows are not checked, never counted: exit 0, the last line naming them and how to leave them out."""
+    repository, its resume's fit given the copy's own rank0_last_checkpoint (fix.ckpt_path), holds the six load_best
+    scenarios and the four resume ones (one run each): exit 0. Before, Lightning ran no class of yours on its resume
+    and the four resume rows were not checked (the words for that are the card's unit tests', above)."""
     (tmp_path / "teamio").mkdir()
     (tmp_path / "teamio" / "__init__.py").write_text("")
     [code] = PYTHON_BLOCK.findall((ROOT / "docs" / "fixes" / "lightning.md").read_text())
     (tmp_path / "teamio" / "io.py").write_text(code)
     out = tmp_path / "check"
     done = subprocess.run([sys.executable, "-m", "train", "check", "framework=lightning", "fix=own",
-                           "fix._target_=teamio.io.Rank0LeadsCheckpointIO", "check.repeats=1", "check.disks=shared",
+                           "fix._target_=teamio.io.Rank0LeadsCheckpointIO", "fix.ckpt_path=teamio.io.rank0_last_checkpoint",
+                           "check.repeats=1", "check.disks=shared",
                            f"hydra.sweep.dir={out}"], check=False, cwd=tmp_path, capture_output=True, text=True,
                           timeout=900, env={**tagged_env(str(out)), "PYTHONPATH": ""})  # the team's folder, as it runs
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     checked = json.loads((out / "check.json").read_text())
     rows = {r["name"]: r["verdict"] for r in checked["scenarios"]}
     resume = ["crash_mid_save", "pointer_first", "cleanup", "resume_disagree"]
-    assert rows == {**{n: "held" for n in ["seed", "stale", "torn", "skip_if_missing", "disagree", "save_fails"]},
-                    **{n: "not_checked" for n in resume}}
+    assert rows == {n: "held" for n in ["seed", "stale", "torn", "skip_if_missing", "disagree", "save_fails", *resume]}
     assert checked["verdict"] == "safe" and checked["class"] == "teamio.io.Rank0LeadsCheckpointIO"
-    assert last_line(checked) == (
-        f"safe on the 6 checked; 4 not checkable ({', '.join(resume)}: framework=lightning has no way to do fix=own "
-        "for workload=resume; if your jobs never restart, check.restarts=false leaves them out; check.strict=true "
-        "fails the check on them)")
+    assert last_line(checked) == "safe: held all 10 scenarios"
     assert " ".join(done.stdout.split()).count(last_line(checked)) == 1  # the card's answer, as wrapped on the console
 
 def test_a_race_says_what_holds_it_in_its_framework_as_measured(tmp_path):

@@ -10,17 +10,19 @@ from conftest import RACE_LAB, ROOT, side_by_side
 from helpers.markdown import PYTHON_BLOCK
 
 LOAD_BEST = {"seed": "clean", "save_fails": "save_failed", "no_shared_fs": "clean"}
-COPIES = {  # framework -> (the class users name, the built-in fix's verdicts on the scenarios it is run through)
-    # the Trainer's copy on its resume too: its train(resume_from_checkpoint=True) picks, as the built-in fix's does
-    "transformers": ("Rank0LeadsTrainer", {**LOAD_BEST, "crash_mid_save": "clean", "resume_disagree": "clean"}),
-    "lightning": ("Rank0LeadsCheckpointIO", LOAD_BEST),
+RESUME = {"crash_mid_save": "clean", "resume_disagree": "clean"}
+COPIES = {  # framework -> (the class users name, the built-in fix's verdicts on the scenarios it is run through,
+    # what else the copy's command names). On the resume too: the Trainer's train(resume_from_checkpoint=True) picks
+    # as the built-in fix's does; Lightning's fit is given what the copy's rank0_last_checkpoint picks, as its page has it
+    "transformers": ("Rank0LeadsTrainer", {**LOAD_BEST, **RESUME}, []),
+    "lightning": ("Rank0LeadsCheckpointIO", {**LOAD_BEST, **RESUME}, ["fix.ckpt_path=copied.rank0_leads.rank0_last_checkpoint"]),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", list(COPIES))
 def test_the_fix_users_copy_gets_the_built_in_fix_verdicts(tmp_path, framework):
-    name, expected = COPIES[framework]
+    name, expected, more = COPIES[framework]
     scenarios = ",".join(expected)
     (tmp_path / "copied").mkdir()
     (tmp_path / "copied" / "__init__.py").write_text("")
@@ -29,7 +31,8 @@ def test_the_fix_users_copy_gets_the_built_in_fix_verdicts(tmp_path, framework):
     common = [RACE_LAB, "-m", f"framework={framework}", "world_size=2", "skew.end_when_settled=true",
               f"scenario={scenarios}"]
     launches = side_by_side(tmp_path, {
-        "copy": ([*common, "fix=own", f"fix._target_=copied.rank0_leads.{name}", f"hydra.sweep.dir={tmp_path / 'copy'}"],
+        "copy": ([*common, "fix=own", f"fix._target_=copied.rank0_leads.{name}", *more,
+                  f"hydra.sweep.dir={tmp_path / 'copy'}"],
                  tmp_path / "copy"),
         "built_in": ([*common, "fix=rank0_leads", f"hydra.sweep.dir={tmp_path / 'built_in'}"], tmp_path / "built_in"),
     }, deadline_s=900, cwd=tmp_path, env={"PYTHONPATH": ""})

@@ -1,7 +1,7 @@
 """fix=own: a checkpoint class of the user's, from outside train/ (examples/my_checkpoints, copied into a folder
 of the user's), run with the race-lab command from that folder without PYTHONPATH, through the scenarios with real
 ranks: for fastai (README's worked example, in the fast loop), Lightning (pytorch_lightning, and lightning.pytorch
-with a constructor argument from fix.kwargs) and the Trainer (slow: each its own sweep, whose forkserver imports the
+with a constructor argument from fix.kwargs, on both workloads) and the Trainer (slow: each its own sweep, whose forkserver imports the
 framework); a class that does not import, is of the wrong kind or cannot be built is refused in one line before any
 rank starts (the check itself, then once through the command line)."""
 import json
@@ -20,7 +20,9 @@ LIGHTNING_PYTORCH = "my_checkpoints.lightning_pytorch_io.PatientCheckpointIO"  #
 EXAMPLES = {  # name -> (framework, the class, the scenarios it runs through, more overrides)
     "fastai": ("fastai", EXAMPLE, "scenario=seed,torn,stale"),
     "lightning": ("lightning", "my_checkpoints.lightning_io.PatientCheckpointIO", "scenario=seed,stale,save_fails"),
-    "lightning_pytorch": ("lightning", LIGHTNING_PYTORCH, "scenario=seed,stale,save_fails", "+fix.kwargs.wait_s=5"),
+    # its resume too, under the Lightning it is written against, fit(ckpt_path="last") as shipped
+    "lightning_pytorch": ("lightning", LIGHTNING_PYTORCH, "scenario=seed,stale,save_fails,crash_mid_save,resume_disagree",
+                          "+fix.kwargs.wait_s=5"),
     "transformers": ("transformers", "my_checkpoints.trainer_callback.SayBest",
                      "scenario=seed,stale,save_fails,crash_mid_save,cleanup"),  # the resume too, the callback on it
 }
@@ -91,7 +93,13 @@ def test_a_lightning_pytorch_checkpoint_io_of_your_own_runs_under_its_trainer_wi
     wait_s (+fix.kwargs.wait_s=5): lightning.pytorch's Trainer runs it (pytorch_lightning's refuses a plugin of the
     other copy), built with wait_s on every rank; the console and the report name the class."""
     jobs = other_examples["lightning_pytorch"]
-    assert verdicts(jobs) == {"seed": "clean", "stale": "clean", "save_fails": "race"}
+    # the resume as shipped: crash_mid_save clean (Lightning writes whole), resume_disagree a race (rank 1's stale
+    # listing finds no last.ckpt and starts afresh while rank 0 resumes: its collective waits, out of restarts)
+    assert verdicts(jobs) == {"seed": "clean", "stale": "clean", "save_fails": "race", "crash_mid_save": "clean",
+                              "resume_disagree": "race"}
+    for rank in (0, 1):  # the restart's resume read through the class, under lightning.pytorch's Trainer
+        restarted = "".join(p.read_text() for p in jobs["crash_mid_save"][1].glob(f"logs/*/attempt_1/{rank}/stdout.log"))
+        assert "PatientCheckpointIO (lightning.pytorch, wait_s=5): loading last.ckpt" in restarted
     for rank in (0, 1):
         assert "PatientCheckpointIO (lightning.pytorch, wait_s=5): loading best.ckpt" in \
                rank_logs(jobs["seed"][1], rank)
@@ -157,6 +165,31 @@ def test_a_class_that_does_not_import_or_is_of_the_wrong_kind_is_refused(monkeyp
     with pytest.raises(ConfigError) as refused:
         check_own_class(cfg)
     assert str(refused.value) == f"fix._target_={target!r}: {says}"
+
+
+@pytest.mark.slow  # the probe imports Lightning: about 15 s on 2 busy cores
+@pytest.mark.parametrize("function, says", [
+    ("my_checkpoints.lightning_io.nowhere", "does not import (AttributeError: module 'my_checkpoints.lightning_io' "
+                                            "has no attribute 'nowhere')"),
+    ("os.getcwd", "cannot be called as getcwd(folder): too many positional arguments"),  # it takes none
+])
+def test_a_ckpt_path_function_that_does_not_import_or_take_the_folder_is_refused(monkeypatch, function, says):
+    """fix.ckpt_path (Lightning's resume: what fit(ckpt_path=...) gets) names a function of yours called with the
+    checkpoint folder; the launcher's check imports it beside the class and binds the folder to it."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from train.config import ConfigError
+    from train.launch.own_class import check_own_class
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = OmegaConf.to_container(compose(config_name="train", overrides=[
+            "fix=own", "fix._target_=my_checkpoints.lightning_io.PatientCheckpointIO", "framework=lightning",
+            f"fix.ckpt_path={function}"]))
+    monkeypatch.setenv("PYTHONPATH", USER_PATH["PYTHONPATH"])
+    with pytest.raises(ConfigError) as refused:
+        check_own_class(cfg)
+    assert str(refused.value) == f"fix.ckpt_path={function!r}: {says}"
 
 
 @pytest.mark.cli

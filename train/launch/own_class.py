@@ -26,15 +26,16 @@ def check_own_class(cfg: dict, timeout_s: float = 600):
         raise ConfigError("fix=own: give the class to test, fix._target_=package.module.Class "
                           "(importable: in the folder you run from, installed, or on PYTHONPATH)")
     bases = {base.kind(): as_sent(base, cfg) for base in the_framework(cfg).own_bases}
+    function = [] if cfg["fix"]["ckpt_path"] == "last" else [cfg["fix"]["ckpt_path"]]  # a function of yours
     try:
         done = subprocess.run([sys.executable, "-P", "-m", "train.launch.own_class_probe", target, json.dumps(kwargs),
-                               json.dumps(bases)],
+                               json.dumps(bases), *function],
                               capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         raise ConfigError(f"fix._target_={target!r}: importing and building it took over {timeout_s:g} s") from None
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-        raise ConfigError(f"fix._target_={target!r}: {why}")
+        raise ConfigError(why if why.startswith("fix.ckpt_path=") else f"fix._target_={target!r}: {why}")
 
 
 def as_sent(base: OwnBase, cfg: dict) -> list:

@@ -2,12 +2,13 @@
 fix._target_ names, find which of the framework's bases it subclasses, and bind (or, for a base that gets
 fix.kwargs alone, build) it with the arguments it will get. Exits with one line on stderr when it cannot.
 
-    python -P -m train.launch.own_class_probe TARGET KWARGS_JSON BASES_JSON
+    python -P -m train.launch.own_class_probe TARGET KWARGS_JSON BASES_JSON [FUNCTION]
 
 BASES_JSON: {a base's name: [positional names, keyword names, how to build it or null, its dotted path or null (no
 base: any class with the methods), {method: the arguments passed}]} (own_class.as_sent). It
 imports as a rank does (train/rank/entry.py): race-lab's own `train` first (-P keeps the folder run from off
-sys.path until then), then that folder."""
+sys.path until then), then that folder. FUNCTION: a function of yours the adapter calls with the checkpoint folder
+(fix.ckpt_path), checked too."""
 
 import importlib
 import inspect
@@ -114,7 +115,27 @@ def probe(target: str, kwargs: dict, bases: dict) -> str:
     return ""
 
 
+def probe_function(dotted: str) -> str:
+    """'' when `dotted` names a function that can be called with one argument (the checkpoint folder), else why not."""
+    module, _, name = dotted.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name) if module else None
+    except Exception as e:
+        return f"does not import ({first_line(e)})"
+    if not callable(found):
+        return "is not a dotted path package.module.function of yours"
+    try:
+        inspect.signature(found).bind("folder")
+    except TypeError as e:
+        return f"cannot be called as {name}(folder): {e}"
+    except ValueError:
+        pass  # no signature to read: the ranks will tell
+    return ""
+
+
 if __name__ == "__main__":
     sys.path.insert(0, os.getcwd())  # the folder run from, after race-lab's own train (imported above)
     why = probe(sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]))
+    if not why and len(sys.argv) > 4 and (why_not := probe_function(sys.argv[4])):
+        why = f"fix.ckpt_path={sys.argv[4]!r}: {why_not}"
     sys.exit(why or None)

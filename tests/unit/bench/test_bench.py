@@ -12,8 +12,7 @@ def test_the_launcher_imports_no_framework():
 
 @pytest.mark.parametrize("argv, preloaded", [
     ([], ["train.rank.preload", "train.frameworks.fastai.load_best"]),
-    (["framework=lightning"], ["train.rank.preload", "train.frameworks.lightning.lightning_package",
-                               "train.frameworks.lightning.resume"]),
+    (["framework=lightning"], ["train.rank.preload", "train.frameworks.lightning.lightning_package"]),
     (["-m", "framework=transformers,deepspeed"], ["train.rank.preload", "train.frameworks.transformers.load_best",
                                                   "train.frameworks.transformers.resume",
                                                   "train.frameworks.deepspeed.accelerator",

@@ -20,6 +20,7 @@ def ways(framework, workload: str) -> set:
     A BY_FIX that is CLASS_NAMED does each fix as the class fix._target_ names (fastai): every fix whose config
     names a class, and own."""
     module = importlib.import_module(framework.workloads[workload].partition(":")[0])
+    module = getattr(module, "WORKLOAD_MODULES", {}).get(workload, module)  # an entry that picks the module to run
     if module.BY_FIX is CLASS_NAMED:
         from omegaconf import OmegaConf
 

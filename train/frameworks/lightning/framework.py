@@ -1,6 +1,7 @@
 """Lightning's contract (train/frameworks/base.py): ModelCheckpoint(save_top_k=1) and validate(ckpt_path="best")
-(load_best.py, under either Lightning package: lightning_package.py); fit(ckpt_path="last") at the start of every
-attempt (resume.py); AsyncCheckpointIO around it where a scenario saves async (async_save.py)."""
+(load_best.py); fit(ckpt_path="last") at the start of every attempt (resume.py); AsyncCheckpointIO around it where a
+scenario saves async (async_save.py). Both workloads run a class of yours under either Lightning package
+(lightning_package.py)."""
 
 from train.frameworks.base import FOLDER, Framework, FromConfig, OwnBase
 
@@ -19,12 +20,12 @@ class Lightning(Framework):
     distribution = "pytorch-lightning"
     workloads = {
         "load_best": "train.frameworks.lightning.lightning_package:fit_and_load",
-        "resume": "train.frameworks.lightning.resume:fit_and_resume",
+        "resume": "train.frameworks.lightning.lightning_package:fit_and_resume",
     }
     as_shipped_fix = "as_shipped"
     fixes = {
         "load_best": frozenset({"as_shipped", "broadcast", "agreed", "own", "rank0_leads"}),
-        "resume": frozenset({"as_shipped", "agreed", "rank0_leads", "on_durable"}),
+        "resume": frozenset({"as_shipped", "agreed", "own", "rank0_leads", "on_durable"}),
     }
     no_fix = {
         "unsynced": "fastai v1's load with no sync; Lightning's save always ends in Trainer.save_checkpoint's "

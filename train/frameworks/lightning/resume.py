@@ -32,7 +32,9 @@ Seams, all public (no private method is patched):
 
 Fixes (fix.name): as_shipped (Lightning unmodified), agreed (rank 0 finds the last checkpoint by Lightning's
 rule and every rank resumes from that one: fit(ckpt_path=<rank 0's choice>), train/fixes.rank0_decides), rank0_leads
-(the file users copy, rank0_leads.py: rank 0 picks the newest whole last*.ckpt, reads it and sends it). The others
+(the file users copy, rank0_leads.py: rank 0 picks the newest whole last*.ckpt, reads it and sends it), own (a
+ModelCheckpoint or TorchCheckpointIO of yours under the observed one, fit given fix.ckpt_path: "last", or what a
+function of yours picks, lightning_package.py running it under the Lightning it is written against). The others
 are n/a (configs/framework/lightning.yaml says why: atomic, manifest and rank0_rotates are there as shipped).
 checkpoint.async_save: Lightning's AsyncCheckpointIO around the CheckpointIO (async_save.py: scenario=async_top_k, its
 fix on_durable).
@@ -58,11 +60,13 @@ from pytorch_lightning.strategies import DDPStrategy
 from torch.utils.data import DataLoader, TensorDataset
 
 from train.fixes import SyncFailed, rank0_decides, watched
-from train.toolkit.rank import Rank, checkpoint_dir, say
+from train.toolkit.listing import stale_listing
+from train.toolkit.rank import Rank, checkpoint_dir, named_class, say
 from train.toolkit.model import digits_split, small_cnn
 from train.toolkit.errors import error_fields
 from train.toolkit.model import weights_digest
 from train.toolkit.resume import start_attempt
+from train.events import attempt
 from train.frameworks.lightning.seams import FaultyFileSystem, quiet, use_faulty_filesystem
 from train.frameworks.lightning.rank0_leads import Rank0LeadsCheckpointIO, rank0_last_checkpoint
 from train.frameworks.lightning.async_save import ASYNC_FIXES, async_io
@@ -79,8 +83,8 @@ class ResumeCheckpointIO(TorchCheckpointIO):
     """Lightning's TorchCheckpointIO, observed; the shipped save, read and delete run unchanged (super()).
     rank: this rank's context; resume: the LightningResume it reports to (what the rank listed)."""
 
-    def __init__(self, rank: Rank, resume):
-        super().__init__()
+    def __init__(self, rank: Rank, resume, **kwargs):
+        super().__init__(**kwargs)  # kwargs: fix=own's fix.kwargs, for a CheckpointIO of yours under this one
         self.events, self.faults, self.resume = rank.events, rank.faults, resume
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
@@ -213,8 +217,9 @@ class LightningResume:
                                timeout=timedelta(seconds=cfg["timeout"]["collective_s"]))
         # save_top_k: every epoch's file, or the newest keep_last of them (Lightning's "monitor the step" recipe)
         rotation = {"save_top_k": self.keep, "monitor": "step", "mode": "max"} if self.keep else {"save_top_k": -1}
-        saver = ResumeCheckpoint(self.faults, dirpath=self.folder, every_n_epochs=1, save_on_train_epoch_end=True,
-                                 save_last="link" if self.use_pointer else True, **rotation)
+        saver = self.checkpoint_class()(self.faults, dirpath=self.folder, every_n_epochs=1,
+                                        save_on_train_epoch_end=True, save_last="link" if self.use_pointer else True,
+                                        **rotation)
         trainer = pl.Trainer(accelerator=self.rank.device.type, devices=cfg["world_size"] // cfg["nnodes"],
                              num_nodes=cfg["nnodes"], strategy=strategy,
                              callbacks=[saver, ResumeCallback(self.rank, self)],
@@ -239,16 +244,55 @@ class LightningResume:
         # its parameters, which DDP keeps equal on every rank; BatchNorm's statistics are each rank's last batch's
         self.events.record("final", digest=weights_digest(dict(module.named_parameters())))
 
+    def checkpoint_class(self) -> type:
+        """The ModelCheckpoint: ResumeCheckpoint, over a ModelCheckpoint of yours with fix=own (its calls to super()
+        reach your methods first; it is built with fix.kwargs too)."""
+        yours = self.yours()
+        if yours is None or not issubclass(yours, ModelCheckpoint):
+            return ResumeCheckpoint
+        kwargs = self.cfg["fix"]["kwargs"]
+
+        def __init__(self, faults, **arguments):
+            ResumeCheckpoint.__init__(self, faults, **arguments, **kwargs)
+
+        return type(f"Resume{yours.__name__}", (ResumeCheckpoint, yours), {"__init__": __init__})
+
     def checkpoint_io(self):
-        """The CheckpointIO plugin: the fix's (ResumeCheckpointIO as shipped); with checkpoint.async_save, Lightning's
-        AsyncCheckpointIO around it (async_save.py)."""
+        """The CheckpointIO plugin: the fix's (ResumeCheckpointIO as shipped, over a CheckpointIO of yours with
+        fix=own); with checkpoint.async_save, Lightning's AsyncCheckpointIO around it (async_save.py)."""
         io = IO_BY_FIX.get(self.cfg["fix"]["name"], ResumeCheckpointIO)
+        yours = self.yours()
+        if yours is not None and not issubclass(yours, ModelCheckpoint):
+            kwargs = self.cfg["fix"]["kwargs"]
+
+            def __init__(self, rank, resume):
+                ResumeCheckpointIO.__init__(self, rank, resume, **kwargs)
+
+            io = type(f"Resume{yours.__name__}", (ResumeCheckpointIO, yours), {"__init__": __init__})
         return async_io(io, self.rank, self) if self.cfg["checkpoint"]["async_save"] else io(self.rank, self)
+
+    def yours(self):
+        """fix=own's class (fix._target_: a ModelCheckpoint or a TorchCheckpointIO of yours), else None."""
+        return named_class(self.cfg["fix"]["_target_"]) if self.cfg["fix"]["name"] == "own" else None
 
     def last_each_rank_finds(self):
         """As shipped: fit is given "last", and every rank finds it itself, through the listing seam."""
         FaultyFileSystem.listing = self.see
         return "last"
+
+    def last_yours_finds(self):
+        """fix=own: fix.ckpt_path, "last" (as shipped, every rank finds it) or a function of yours, module.function,
+        called on every rank with the checkpoint folder, as your script calls it for fit(ckpt_path=...). After a
+        restart, resume_disagree's stale listing is placed in os.listdir and os.scandir of the folder on every rank
+        but 0 for that call (train/toolkit/listing.py)."""
+        named = self.cfg["fix"]["ckpt_path"]
+        if named == "last":
+            return self.last_each_rank_finds()
+        pick = named_class(named)
+        if self.cfg["fault"]["stale_listing"] and self.faults.rank != 0 and attempt() > 0:
+            with stale_listing(self.folder, self.events):
+                return pick(self.folder)
+        return pick(self.folder)
 
     def last_rank0_finds(self):
         """agreed: fit is given the file rank 0 finds by Lightning's own rule, the same on every rank (None: a fresh
@@ -283,7 +327,7 @@ class LightningResume:
 
 # the dispatch: fix.name -> the ckpt_path that fit(ckpt_path=...) is given (framework.py names these fixes)
 BY_FIX = {"as_shipped": LightningResume.last_each_rank_finds, "agreed": LightningResume.last_rank0_finds,
-          "rank0_leads": LightningResume.last_rank0_leads}
+          "rank0_leads": LightningResume.last_rank0_leads, "own": LightningResume.last_yours_finds}
 
 
 def watched_broadcast(self, box: list):
