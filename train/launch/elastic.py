@@ -21,7 +21,7 @@ from train.events import EventLog, read_events
 from train.frameworks.registry import get as framework_named
 from train.judge.crash_loop import crash_loop
 from train.launch.forkserver import ensure_forkserver, framework_modules, start_now as start_forkserver_now
-from train.launch.held_signal import held
+from train.launch.held_signal import held, holding_signals
 from train.launch.nodes import rank_start_method
 from train.launch.preflight import first_line
 from train.launch.quiet import quiet_console
@@ -315,18 +315,19 @@ def launch(cfg: dict, plan, run_dir: Path, events: EventLog, echo: bool = True) 
         print(f"error: {taken}", file=sys.stderr, flush=True)
         return "harness_error"
     stopper = Stopper()
+    with holding_signals():  # a signal as the threads start is raised below, once each is running
+        # timeout.run_s bounds the whole run, every restart included
+        watchdog = threading.Timer(cfg["timeout"]["run_s"], stopper.stop, args=("timeout",))
+        watchdog.daemon = True
+        watchdog.start()
+        gate = gate_restarts(cfg, run_dir, events, stopper)
+        agent_log = log_agent_to(run_dir / "logs" / AGENT_LOG, stopper, *([gate] if gate else []))
+        watch_for_crash_loop(cfg, run_dir, events, stopper)
     # SIGINT (Ctrl-C) and SIGTERM (docker stop, Slurm, Kubernetes) stop the run as the agent does once ranks
     # run, also while the rendezvous is still under way: one path, SignalException, for both
     before = {s: signal.signal(s, stopper.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    # timeout.run_s bounds the whole run, every restart included
-    watchdog = threading.Timer(cfg["timeout"]["run_s"], stopper.stop, args=("timeout",))
-    watchdog.daemon = True
-    watchdog.start()
-    gate = gate_restarts(cfg, run_dir, events, stopper)
-    agent_log = log_agent_to(run_dir / "logs" / AGENT_LOG, stopper, *([gate] if gate else []))
-    watch_for_crash_loop(cfg, run_dir, events, stopper)
     try:
+        raise_held()
         with quiet_console(run_dir):  # torch's C++ warnings and stack traces: to logs/launcher.log
             return run_agent(launch_cfg, cfg, plan, run_dir, events, stopper)
     except SignalException as e:  # a signal as the quiet console was set up or put back
