@@ -149,6 +149,15 @@ class ResumeCheckpoint(ModelCheckpoint):
         self.faults.kill_point("after_save", trainer.current_epoch, self.last_model_path)
 
 
+def observed(observer: type, yours: type, kwargs: dict) -> type:
+    """The observer (ResumeCheckpoint, ResumeCheckpointIO) over your class with fix=own: its calls to super() reach
+    your methods first, and it is built with the observer's arguments and fix.kwargs."""
+    def __init__(self, *args, **arguments):
+        observer.__init__(self, *args, **arguments, **kwargs)
+
+    return type(f"Resume{yours.__name__}", (observer, yours), {"__init__": __init__})
+
+
 class ResumeCallback(Callback):
     """setup (after Lightning chose the checkpoint, before it reads it): the listing window closes, and the
     weights a fresh start begins with are taken; on_train_start: fit_start, and a fresh start's resume event."""
@@ -250,12 +259,7 @@ class LightningResume:
         yours = self.yours()
         if yours is None or not issubclass(yours, ModelCheckpoint):
             return ResumeCheckpoint
-        kwargs = self.cfg["fix"]["kwargs"]
-
-        def __init__(self, faults, **arguments):
-            ResumeCheckpoint.__init__(self, faults, **arguments, **kwargs)
-
-        return type(f"Resume{yours.__name__}", (ResumeCheckpoint, yours), {"__init__": __init__})
+        return observed(ResumeCheckpoint, yours, self.cfg["fix"]["kwargs"])
 
     def checkpoint_io(self):
         """The CheckpointIO plugin: the fix's (ResumeCheckpointIO as shipped, over a CheckpointIO of yours with
@@ -263,12 +267,7 @@ class LightningResume:
         io = IO_BY_FIX.get(self.cfg["fix"]["name"], ResumeCheckpointIO)
         yours = self.yours()
         if yours is not None and not issubclass(yours, ModelCheckpoint):
-            kwargs = self.cfg["fix"]["kwargs"]
-
-            def __init__(self, rank, resume):
-                ResumeCheckpointIO.__init__(self, rank, resume, **kwargs)
-
-            io = type(f"Resume{yours.__name__}", (ResumeCheckpointIO, yours), {"__init__": __init__})
+            io = observed(ResumeCheckpointIO, yours, self.cfg["fix"]["kwargs"])
         return async_io(io, self.rank, self) if self.cfg["checkpoint"]["async_save"] else io(self.rank, self)
 
     def yours(self):
