@@ -7,9 +7,11 @@
 - single: `python -m train` (unsynced, skew, 3 ranks; a cold process) and the plain script
   bench/plain_torchrun.py under `torchrun --standalone --nproc_per_node=3`, run alternately, --repeats
   times each; the ratio of their median walls. The launcher's resident memory is sampled every 20 ms
-  (the launcher alone, not its ranks or forkserver), and its cold start read from the run's events; what
-  observing costs: the time the rank longest in the file watch's audit hook spent there (its file_watch event,
-  train/rank/observe.py timing itself), over the run's wall.
+  (the launcher alone, not its ranks or forkserver), and its cold start read from the run's events. What
+  observing costs, twice: paired, each cold run beside the same run with RACE_LAB_FILE_WATCH=off (no audit hook in
+  its ranks; which of the two goes first alternates), the median of the pairs' wall ratios minus 1; and the time
+  the rank longest in the file watch's audit hook spent there (its file_watch event, train/rank/observe.py timing
+  itself), over the run's wall.
 - sweep: one --jobs-job sweep (`-m skew.seconds=S fix=unsynced 'repeat=range(N)'`): its wall
   against N single runs, the overhead a job adds to its skew, and from the events of its warm jobs
   (all but the first) each rank's set-up (rank_start to fit_start) and the time between jobs
@@ -79,6 +81,8 @@ GOALS = {
                                                   "skew, warm jobs of one sweep, launch_start to summary (medians)"),
     "file_watch_share": (0.05, "<=", "", "the rank longest in the file watch's audit hook (what every rank records of "
                                          "checkpoint files), its time there / the single run's wall (median)"),
+    "file_watch_paired_cost": (0.05, "<=", "", "a cold single run's wall with the file watch over the same run's "
+                                               "without it (RACE_LAB_FILE_WATCH=off), minus 1: median of the pairs"),
     "interrupt_to_exit_s": (2.0, "<=", "s", "Ctrl-C (SIGINT to the process group) to the exit, at start-up, mid-run "
                                             "and mid-check: the slowest moment's median"),
     "launcher_imports_fastai": (False, "==", "", "the launcher imports fastai"),
@@ -155,13 +159,17 @@ def main(argv=None):
           f"{os.getloadavg()[0]:.2f}; figures into {out_dir}", flush=True)
 
     if "single" in parts:
-        singles, plains = [], []
-        for i in range(args.repeats):  # alternately, so a busy spell of the machine hits both
-            singles.append(single_run(out_dir / f"single{i}", args.skew, args.overrides))
+        singles, unwatched, plains = [], [], []
+        for i in range(args.repeats):  # alternately, so a busy spell of the machine hits each; the pair in turns
+            pair = [(singles, "single", True), (unwatched, "unwatched", False)]
+            for runs, name, watched in pair if i % 2 == 0 else pair[::-1]:
+                runs.append(single_run(out_dir / f"{name}{i}", args.skew, args.overrides, watched))
             plains.append(plain_run(out_dir / f"plain{i}", args.skew))
-            print(f"  single {singles[-1]['wall_s']:6.2f} s ({singles[-1]['verdict']})   "
-                  f"plain torchrun {plains[-1]['wall_s']:6.2f} s", flush=True)
-        record.update(single_runs=singles, plain_runs=plains)
+            print(f"  single {singles[-1]['wall_s']:6.2f} s ({singles[-1]['verdict']})   unwatched "
+                  f"{unwatched[-1]['wall_s']:6.2f} s   plain torchrun {plains[-1]['wall_s']:6.2f} s", flush=True)
+        record.update(single_runs=singles, unwatched_runs=unwatched, plain_runs=plains)
+        figures["file_watch_paired_cost"] = median(round(w["wall_s"] / u["wall_s"] - 1, 4)
+                                                   for w, u in zip(singles, unwatched))
         figures["single_wall_s"] = median(r["wall_s"] for r in singles)
         figures["plain_wall_s"] = median(r["wall_s"] for r in plains)
         figures["single_vs_plain_ratio"] = round(figures["single_wall_s"] / figures["plain_wall_s"], 3)

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 
 from train.events import read_events
+from train.rank.observe import SWITCH
 from train.report.run_records import fix_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,10 +112,12 @@ def sample_rss(proc) -> int:
     return peak
 
 
-def single_run(run_dir: Path, skew: float, extra) -> dict:
+def single_run(run_dir: Path, skew: float, extra, watched: bool = True) -> dict:
+    """A cold `python -m train` (unsynced); watched=False: its ranks without the file watch (train/rank/observe.py)."""
+    env = {**os.environ, **({} if watched else {SWITCH: "off"})}
     start_wall, start = time.time(), time.perf_counter()
     proc = psutil.Popen([sys.executable, "-m", "train", f"hydra.run.dir={run_dir}", "fix=unsynced",
-                         f"skew.seconds={skew}", f"world_size={WORLD}", *extra], cwd=ROOT,
+                         f"skew.seconds={skew}", f"world_size={WORLD}", *extra], cwd=ROOT, env=env,
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     peak = sample_rss(proc)
     wall = time.perf_counter() - start

@@ -20,6 +20,13 @@ import traceback
 OPS = {"open": "open", "os.rename": "rename", "os.remove": "remove", "os.listdir": "list", "os.scandir": "list",
        "shutil.rmtree": "rmtree"}  # the audit events watched (os.replace raises os.rename), and their op names
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+# RACE_LAB_FILE_WATCH=off: the ranks install no audit hook, for make bench's paired cost of watching alone; a class
+# of yours is then judged blind (no file_op events), so nothing else sets it
+SWITCH = "RACE_LAB_FILE_WATCH"
+
+
+def watching() -> bool:
+    return os.environ.get(SWITCH) != "off"
 
 
 def code_roots(target) -> tuple:
@@ -57,7 +64,8 @@ class FileWatch:
         self.calls, self.spent_s = 0, 0.0  # what watching cost this rank: every audit event it saw, its time in them
 
     def install(self):
-        sys.addaudithook(self.hook)  # for the life of the process: a rank is one run
+        if watching():
+            sys.addaudithook(self.hook)  # for the life of the process: a rank is one run
 
     def under(self, path) -> bool:
         return path.startswith(self.folders) or os.path.join(path, "") in self.folders
