@@ -219,6 +219,13 @@ class RaisingCheckpoint(ModelCheckpoint):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         raise RuntimeError(f"{self.monitor} is not logged by our module")
+
+
+class BestOnlyCheckpoint(ModelCheckpoint):
+    """Written for the load of the best: it takes the arguments that load gives it, and no others."""
+
+    def __init__(self, dirpath, filename, monitor, mode, save_top_k):
+        super().__init__(dirpath=dirpath, filename=filename, monitor=monitor, mode=mode, save_top_k=save_top_k)
 '''
 
 
@@ -246,3 +253,35 @@ def test_a_class_whose_constructor_raises_with_what_the_adapter_gives_is_refused
     with pytest.raises(ConfigError) as refused:
         check_own_class(cfg)
     assert str(refused.value) == f"fix._target_={target!r}: {says}"
+
+
+@pytest.mark.slow  # three processes that import Lightning: about 15 s apiece on 2 busy cores
+def test_a_class_the_resume_cannot_build_is_refused_for_the_resume_and_its_rows_not_checked(tmp_path, monkeypatch):
+    """A ModelCheckpoint of yours is built as each workload builds it (the resume gives every_n_epochs, save_last,
+    ...): one run of the resume is refused before any rank; a check runs the load's rows and says the resume's are
+    not checked, and why."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from train.config import ConfigError
+    from train.launch.check import plan_check
+    from train.launch.own_class import check_own_class
+
+    (tmp_path / "raising.py").write_text(RAISING)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), USER_PATH["PYTHONPATH"]]))
+    target = "raising.BestOnlyCheckpoint"
+    says = (f"fix._target_={target!r}: cannot be built as workload=resume builds it: missing a required argument: "
+            "'filename' (give it with +fix.kwargs.filename=VALUE)")
+    plan = plan_check(["framework=lightning", "fix=own", f"fix._target_={target}"])
+    rows = {s["workload"]: set() for s in plan["scenarios"]}
+    for s in plan["scenarios"]:
+        rows[s["workload"]].add(s["cannot"])  # None: it runs; else why it is not checked
+    assert None in rows["load_best"] and says not in rows["load_best"]
+    assert None not in rows["resume"] and says in rows["resume"]  # the line a single run is refused with
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = OmegaConf.to_container(compose(config_name="train", overrides=[
+            "fix=own", f"fix._target_={target}", "framework=lightning", "scenario=crash_mid_save"]))
+    assert cfg["workload"] == "resume"
+    with pytest.raises(ConfigError) as refused:
+        check_own_class(cfg)
+    assert str(refused.value) == says

@@ -62,6 +62,14 @@ class OwnBase:
     keywords: tuple[str, ...] = ()
     built_with: Mapping[str, Any] = field(default_factory=dict)
     methods: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # name -> the arguments the adapter passes
+    # workload -> the keyword arguments that workload's adapter gives instead (keywords and built_with alike)
+    keywords_in: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def given_in(self, workload: str) -> tuple[tuple[str, ...], Mapping[str, Any]]:
+        """The keyword names the workload's adapter gives a class of this kind, and how each is built."""
+        if workload in self.keywords_in:
+            return tuple(self.keywords_in[workload]), self.keywords_in[workload]
+        return self.keywords, self.built_with
 
     def kind(self) -> str:
         """How a class of this kind is named in a refusal: its base, or the methods it must have."""

@@ -92,6 +92,7 @@ def _plan(argv: list) -> dict:
                           f"runs: race-lab check framework={framework} check.saves=async fix={fix}")
     if fix == "own":
         check_own_class(first)
+    built_in = {first["workload"]: ""}  # workload -> why your class cannot be built as its adapter builds it
     plan = {"framework": framework, "fix": fix, "class": first["fix"].get("_target_") if fix == "own" else None,
             "repeats": setup["repeats"], "world_size": 2, "scenarios": [], "left_out": [], "strict": setup["strict"],
             "job_lines": first["launch"]["job_lines"], "keep_runs": setup["keep_runs"],
@@ -110,6 +111,10 @@ def _plan(argv: list) -> dict:
             plan["left_out"].append({"name": name, "why": _other_saves(name, setup["saves"], framework)})
         else:
             cannot = not_applicable(cfg)
+            if not cannot and fix == "own" and workload not in built_in:
+                built_in[workload] = _built(cfg)
+            if not cannot and fix == "own" and built_in[workload]:
+                cannot = built_in[workload]
             if not cannot:
                 try:  # a value no run of this scenario takes (world_size=3 on its two nodes, a key it ignores)
                     check_config(cfg)
@@ -125,6 +130,17 @@ def _plan(argv: list) -> dict:
     if not plan["scenarios"]:
         raise ConfigError(f"framework={framework} fix={fix}: no scenario applies to this setup")
     return plan
+
+
+def _built(cfg: dict) -> str:
+    """'' when your class can be built as this scenario's workload builds it, else why not (its rows not checked)."""
+    from train.launch.own_class import check_own_class
+
+    try:
+        check_own_class(cfg)
+    except ConfigError as e:
+        return str(e)
+    return ""
 
 
 def _other_saves(name: str, saves: str, framework: str) -> str:

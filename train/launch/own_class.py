@@ -35,18 +35,23 @@ def check_own_class(cfg: dict, timeout_s: float = 600):
         raise ConfigError(f"fix._target_={target!r}: importing and building it took over {timeout_s:g} s") from None
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-        raise ConfigError(why if why.startswith("fix.ckpt_path=") else f"fix._target_={target!r}: {why}")
+        if why.startswith("fix.ckpt_path="):
+            raise ConfigError(why)
+        if any(cfg["workload"] in base.keywords_in for base in the_framework(cfg).own_bases):  # say which build
+            why = why.replace("cannot be built", f"cannot be built as workload={cfg['workload']} builds it", 1)
+        raise ConfigError(f"fix._target_={target!r}: {why}")
 
 
 def as_sent(base: OwnBase, cfg: dict) -> list:
     """What the probe is told of a base: [its positional names, its keyword names, how to build it: each given
     argument's {"value": ...}, {"folder": true} or {"stand_in": true}, or None where one has none: bound only;
     its dotted path (None: no base), the methods a class of it must have: {name: the arguments passed}]."""
-    given = [*base.positional, *base.keywords]
+    keywords, built_with = base.given_in(cfg["workload"])
+    given = [*base.positional, *keywords]
     built = None
-    if all(name in base.built_with for name in given):
-        built = {name: sent(base.built_with[name], cfg) for name in given}
-    return [list(base.positional), list(base.keywords), built, base.path, {k: list(v) for k, v in base.methods.items()}]
+    if all(name in built_with for name in given):
+        built = {name: sent(built_with[name], cfg) for name in given}
+    return [list(base.positional), list(keywords), built, base.path, {k: list(v) for k, v in base.methods.items()}]
 
 
 def sent(how, cfg: dict) -> dict:

@@ -13,6 +13,14 @@ CHECKPOINT_ARGUMENTS = {
     "mode": "max",
     "save_top_k": 1,
 }
+# what the resume gives it instead (resume.py; with checkpoint.keep_last, monitor="step", mode="max" too)
+RESUME_CHECKPOINT_ARGUMENTS = {
+    "dirpath": FOLDER,
+    "every_n_epochs": 1,
+    "save_on_train_epoch_end": True,
+    "save_last": True,
+    "save_top_k": -1,
+}
 
 
 class Lightning(Framework):
@@ -64,7 +72,10 @@ class Lightning(Framework):
         "scenario=async_top_k",
     }
     own_bases = tuple(
-        OwnBase(f"{package}.{base}", keywords=tuple(given), built_with=given)
+        OwnBase(f"{package}.{base}", keywords=tuple(given), built_with=given, keywords_in=resumed)
         for package in ("pytorch_lightning", "lightning.pytorch")
-        for base, given in (("plugins.TorchCheckpointIO", {}), ("callbacks.ModelCheckpoint", CHECKPOINT_ARGUMENTS))
+        for base, given, resumed in (
+            ("plugins.TorchCheckpointIO", {}, {}),
+            ("callbacks.ModelCheckpoint", CHECKPOINT_ARGUMENTS, {"resume": RESUME_CHECKPOINT_ARGUMENTS}),
+        )
     )
