@@ -275,9 +275,12 @@ def safe_dcp_reader(path):
 
     class MetadataUnpickler(pickle.Unpickler):
         def find_class(self, module, name):
-            if (module, name) in DCP_METADATA_GLOBALS or (module == "torch" and name in DTYPES) or \
-                    (module == "torch.distributed.checkpoint.metadata" and not name.startswith("__")):
+            if (module, name) in DCP_METADATA_GLOBALS or (module == "torch" and name in DTYPES):
                 return super().find_class(module, name)
+            if module == DCP_METADATA and name.isidentifier() and not name.startswith("__"):  # no dotted path
+                found = super().find_class(module, name)
+                if isinstance(found, type) and found.__module__ == module:  # a class of its own, not an import
+                    return found
             raise pickle.UnpicklingError(f"{module}.{name} is not something dcp writes in .metadata: not loaded")
 
     class SafeReader(FileSystemReader):
@@ -293,6 +296,7 @@ def safe_dcp_reader(path):
     return SafeReader(path)
 
 
+DCP_METADATA = "torch.distributed.checkpoint.metadata"  # the module of the classes dcp pickles in .metadata
 DCP_METADATA_GLOBALS = {("pathlib", "PosixPath"), ("torch", "Size"), ("torch.serialization", "_get_layout"),
                         ("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("collections", "OrderedDict")}
 DTYPES = {"float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
