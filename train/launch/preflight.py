@@ -84,7 +84,7 @@ def value_of(cfg: dict, dotted: str):
 
 def given_keys(overrides) -> list:
     """The dotted keys a command line's overrides set (`key=v`, `+key=v`, `++key=v`), groups included."""
-    return [o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o]
+    return [o.partition("=")[0].lstrip("+~") for o in overrides if "=" in o]
 
 
 def check_used(cfg: dict, given) -> None:
@@ -133,11 +133,20 @@ def check_limits(cfg: dict) -> None:
                           f"framework={framework} never gets there, so the planted fault would never happen")
 
 
+def existing(key: str, folder: Path) -> Path:
+    """The deepest of the folder and its parents that is there; a path the OS will not look up (a part longer than
+    its limit) is refused in the OS's words."""
+    try:
+        return next(p for p in (folder, *folder.parents) if p.exists())
+    except OSError as e:
+        raise ConfigError(f"{key}={str(folder)!r}: {e.strerror or e}") from None
+
+
 def check_folder_writable(key: str, folder: Path):
     """A folder the run will write (creating it if need be): made and written to once here, with what this made
     removed again, so that a folder that cannot be created (under /proc, in a read-only mount) is refused now,
     not taken for a failed save later."""
-    found = next(p for p in (folder, *folder.parents) if p.exists())
+    found = existing(key, folder)
     if not found.is_dir():
         raise ConfigError(f"{key}={str(folder)!r}: {found} is a file, not a folder")
     if not os.access(found, os.W_OK | os.X_OK):
@@ -145,7 +154,7 @@ def check_folder_writable(key: str, folder: Path):
     made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder, prefix=".race-lab-probe-"):
+        with tempfile.TemporaryFile(dir=folder):  # nameless (O_TMPFILE), or its random name unlinked at once
             pass
     except OSError as e:
         raise ConfigError(f"{key}={str(folder)!r}: cannot create or write it ({e.strerror or e})") from None
@@ -159,18 +168,19 @@ def check_folder_writable(key: str, folder: Path):
 
 def check_folder_readable(key: str, folder: Path):
     """A folder whose checkpoint the run reads (checkpoint.keep_existing): it must be a folder, or not be there."""
-    if folder.exists() and not folder.is_dir():
+    found = existing(key, folder)
+    if found == folder and not folder.is_dir():
         raise ConfigError(f"{key}={str(folder)!r}: a file, not a folder")
-    found = next(p for p in (folder, *folder.parents) if p.exists())
     if not found.is_dir():
         raise ConfigError(f"{key}={str(folder)!r}: {found} is a file, not a folder")
 
 
 def check_writable(run_dir: Path):
     """The run dir (Hydra made it) must take our files; say so in one line, not a traceback later. The probe
-    has a name of its own: the node launchers of launch.all_nodes_here share one run dir and probe it at once."""
+    is a temporary file, nameless or of a random name: the node launchers of launch.all_nodes_here share one run
+    dir and probe it at once."""
     try:
-        with tempfile.TemporaryFile(dir=run_dir, prefix=".write-test-"):
+        with tempfile.TemporaryFile(dir=run_dir):
             pass
     except OSError as e:
         raise ConfigError(f"hydra.run.dir={run_dir}: cannot write there ({e.strerror})") from None

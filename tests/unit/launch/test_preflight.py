@@ -2,7 +2,12 @@
 line naming the key and why (a stall that outlasts the run, a crash the run never reaches, a key the run ignores, a
 folder that cannot be written or read, data that cannot be fetched), and what is fine passes (issue 43: its rules
 in make mutants' scope). The real command's exit 2 is tests/e2e/test_refusals.py's."""
+import http.server
 import os
+import tempfile
+import threading
+import urllib.request
+import urllib.response
 
 import pytest
 
@@ -91,8 +96,19 @@ def test_a_checkpoint_folder_that_cannot_be_written_or_read_is_refused(tmp_path)
     if os.geteuid() != 0:  # root writes anywhere
         (tmp_path / "ro").mkdir(mode=0o500)
         assert "cannot write in" in refused(pf.check_folder_writable, "checkpoint.dir", tmp_path / "ro" / "m")
-    assert "cannot create or write it" in refused(pf.check_folder_writable, "checkpoint.dir",
-                                                  tmp_path.joinpath("/proc/race-lab/m"))
+    with pytest.raises(OSError) as os_says:  # what this OS answers to a folder made under /proc
+        os.mkdir("/proc/race-lab")
+    assert refused(pf.check_folder_writable, "checkpoint.dir", tmp_path.joinpath("/proc/race-lab/m")) == (
+        f"checkpoint.dir='/proc/race-lab/m': cannot create or write it ({os_says.value.strerror})")
+
+
+def test_a_checkpoint_folder_whose_name_the_os_will_not_look_up_is_refused_in_its_words(tmp_path):
+    too_long = tmp_path / ("m" * 300) / "best"  # a part longer than the 255 bytes a Linux file name may have
+    with pytest.raises(OSError) as os_says:
+        too_long.exists()
+    line = f"checkpoint.dir={str(too_long)!r}: {os_says.value.strerror}"
+    assert refused(pf.check_folder_writable, "checkpoint.dir", too_long) == line
+    assert refused(pf.check_folder_readable, "checkpoint.dir", too_long) == line
 
 
 def test_the_run_dir_must_take_files_and_a_run_that_never_started_leaves_only_what_is_not_hydras(tmp_path,
@@ -133,3 +149,116 @@ def test_preflight_makes_the_folder_absolute_and_refuses_a_path_the_os_cannot_ta
         "checkpoint.dir='a\\x00b': not a usable path (")
     assert pf.first_line(ValueError("\n first\nsecond")) == "first" and pf.first_line(ValueError()) == ""
     assert pf.started() is pf._started.is_set()
+
+
+def test_the_write_probe_writes_in_the_folder_itself_not_in_the_temp_dir(tmp_path, monkeypatch):
+    """A machine whose temp dir is gone still passes a checkpoint folder that takes files: the probe is made there."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-temp-dir"))
+    pf.check_folder_writable("checkpoint.dir", tmp_path / "models")
+    pf.check_writable(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_key_the_run_ignores_is_refused_in_the_words_the_user_types():
+    """framework.name is typed framework, every value the key is read with is listed, booleans read as typed (true)."""
+    resume = with_(composed(), workload="resume")
+    assert refused(pf.check_used, resume, ["checkpoint.pointer=true"]) == (
+        "checkpoint.pointer=False: read only with framework=torch_loop or framework=lightning; this run has "
+        "framework=fastai, which ignores it")
+    assert refused(pf.check_used, composed(), ["fault.async_fault=overlap"]) == (
+        "fault.async_fault=None: read only with checkpoint.async_save=true; this run has checkpoint.async_save=false, "
+        "which ignores it")
+    assert refused(pf.check_used, composed(), ["fault.slow_write_s=1"]) == (
+        "fault.slow_write_s=4.0: read only with fault.async_fault=slow_write; this run has fault.async_fault=None, "
+        "which ignores it")
+
+
+def test_a_given_key_is_what_comes_before_the_first_equals_sign_less_only_the_plus_and_tilde():
+    assert pf.given_keys(["+fix.kwargs.note=a=b", "XLA_FLAGS=1"]) == ["fix.kwargs.note", "XLA_FLAGS"]
+
+
+def test_the_first_line_of_an_error_is_cut_at_300_characters():
+    assert pf.first_line(ValueError("x" * 400 + "\nsecond")) == "x" * 300
+
+
+def test_discarding_a_run_dir_hydra_never_made_or_already_gone_removes_what_is_empty_and_raises_nothing(
+        tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "day").mkdir(parents=True)
+    pf.discard_run_dir(tmp_path / "runs" / "day" / "gone")  # nothing there: nothing to remove, its parents stay
+    assert (tmp_path / "runs" / "day").is_dir()
+    pf.discard_run_dir(tmp_path / "runs" / "day")  # no .hydra in it
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_preflight_refuses_in_its_checks_lines_naming_checkpoint_dir_and_the_key_given(tmp_path):
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    kept = with_(composed(), checkpoint__dir=str(a_file), checkpoint__keep_existing=True)
+    assert refused(pf.preflight, kept, this_machine(), False) == f"checkpoint.dir={str(a_file)!r}: a file, not a folder"
+    under = with_(composed(), checkpoint__dir=str(a_file / "m"))
+    assert refused(pf.preflight, under, this_machine(), False) == (
+        f"checkpoint.dir={str(a_file / 'm')!r}: {a_file} is a file, not a folder")
+    assert refused(pf.preflight, with_(composed(), checkpoint__dir=str(tmp_path / "m")), this_machine(), False,
+                   ["fault.async_fault=overlap"]) == (
+        "fault.async_fault=None: read only with checkpoint.async_save=true; this run has checkpoint.async_save=false, "
+        "which ignores it")
+
+
+def test_preflight_checks_the_data_unless_told_not_to(tmp_path):
+    data = {"name": "mnist_sample", "url": "nowhere", "cache": str(tmp_path / "none"), "batch_size": 64}
+    cfg = with_(composed(), checkpoint__dir=str(tmp_path / "m"), data=data)
+    pf.preflight(cfg, this_machine(), reach_data=False)
+    assert refused(pf.preflight, cfg, this_machine()) == (
+        "data.url='nowhere': cannot download mnist_sample (unknown url type: 'nowhere'); data=digits works offline")
+
+
+class _HeadOnly(http.server.BaseHTTPRequestHandler):
+    """A data server that answers HEAD only: 200 for /there, 404 for anything else (other methods: 501)."""
+
+    def do_HEAD(self):
+        self.send_response(200 if self.path == "/there" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def data_server(monkeypatch):
+    """The URL of a local _HeadOnly server, reached without any proxy of the environment."""
+    monkeypatch.setenv("no_proxy", "*")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HeadOnly)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_data_is_probed_with_a_head_of_its_url_and_a_refusal_says_the_servers_reason(tmp_path, data_server):
+    missing = str(tmp_path / "none")
+    pf.check_data_reachable({"name": "mnist", "url": f"{data_server}/there", "cache": missing})
+    assert refused(pf.check_data_reachable, {"name": "mnist", "url": f"{data_server}/gone", "cache": missing}) == (
+        f"data.url='{data_server}/gone': cannot download mnist (Not Found); data=digits works offline")
+    assert refused(pf.check_data_reachable, {"name": "mnist", "url": "nowhere", "cache": missing}) == (
+        "data.url='nowhere': cannot download mnist (unknown url type: 'nowhere'); data=digits works offline")
+
+
+def test_the_data_probe_gives_a_server_that_never_answers_10_seconds(tmp_path):
+    """What urllib hands the connection (a real wait of 10 s is too long for a unit test): HEAD, the url, 10 s."""
+    asked = []
+
+    class Probe(urllib.request.BaseHandler):
+        def probe_open(self, req):
+            asked.append((req.get_method(), req.full_url, req.timeout))
+            return urllib.response.addinfourl(open(os.devnull, "rb"), {}, req.full_url, 200)
+
+    urllib.request.install_opener(urllib.request.build_opener(Probe))  # urllib's public seam for its opener
+    try:
+        pf.check_data_reachable({"name": "mnist", "url": "probe://data/x.tgz", "cache": str(tmp_path / "none")})
+    finally:
+        urllib.request.install_opener(None)  # urlopen builds its default opener again
+    assert asked == [("HEAD", "probe://data/x.tgz", 10)]
