@@ -35,6 +35,11 @@ LAPTOP = Machine(cpus=2, gpus=0, memory_mib=16_000, open_files=1024)
      "the end (workload=load_best); this run's is the resume after a restart (workload=resume)"),
     (["scenario=seed", "fix=manifest"], "a fix of the resume after a restart (workload=resume); this run's is "
      "the load of the best at the end (workload=load_best)"),
+    (["scenario=async_in_flight", "framework=torch_loop", "fix=own"], "needs dcp_async_save; a class of yours "
+     "cannot run it in torch_loop: its async scenarios' faults sit"),  # the framework's own_lacks, fix=own alone
+    (["scenario=async_in_flight", "framework=torch_loop", "fix=durable"], None),  # a built-in fix still runs it
+    (["scenario=node_local_resume", "framework=ray_train", "fix=as_shipped"], "needs 2 nodes; ray_train starts "
+     "its own workers from one driver"),  # own_workers: one node
 ])
 def test_a_cell_is_n_a_by_the_scenario_s_needs_the_fix_s_and_the_framework_s_contract(overrides, reason):
     got = not_applicable(composed(*overrides))

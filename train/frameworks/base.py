@@ -144,7 +144,7 @@ class Framework:
                 found.append(f"{cls.__qualname__} declares no {attribute}")
         if found:
             return found
-        found += [f"{cls.name}: unknown workload {w!r}" for w in [*cls.workloads, *cls.fixes] if w not in WORKLOADS]
+        found = [f"{cls.name}: unknown workload {w!r}" for w in [*cls.workloads, *cls.fixes] if w not in WORKLOADS]
         found += [f"{cls.name}: unknown capability {c!r}" for c in cls.provides if c not in CAPABILITIES]
         found += [f"{cls.name}: lacks {c!r} it provides" for c in cls.lacks if c in cls.provides or c in cls.workloads]
         found += [f"{cls.name}: unknown capability {c!r} in own_lacks" for c in cls.own_lacks if c not in CAPABILITIES]

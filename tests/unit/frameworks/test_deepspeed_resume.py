@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.gloo import one_rank
+from helpers.gloo import on_two_ranks, one_rank
 from train.frameworks.deepspeed import resume as ds_resume
 from train.frameworks.deepspeed.resume import DeepSpeedResume
 from helpers.recorded import Events
@@ -29,12 +29,14 @@ class Faults:
 class Engine:
     """DeepSpeed 0.19.8's engine as far as the loop uses it: the tag it reads, the files it writes."""
 
-    def __init__(self, global_steps=0):
+    def __init__(self, global_steps=0, fails=None):
         self.module = torch.nn.Linear(2, 2)
-        self.global_steps, self.loads = global_steps, []
+        self.global_steps, self.loads, self.latest_asked, self.fails = global_steps, [], [], fails
 
     def load_checkpoint(self, load_dir, tag=None):
         self.loads.append(tag)
+        if self.fails:
+            raise self.fails
         if tag is None:
             latest = Path(load_dir) / "latest"
             if not latest.is_file():
@@ -46,6 +48,7 @@ class Engine:
         return str(model), {"epoch": client["epoch"]}
 
     def save_checkpoint(self, save_dir, client_state, save_latest=True):
+        self.latest_asked.append(save_latest)
         tag = f"global_step{self.global_steps}"
         write_tag(Path(save_dir), tag, client_state["epoch"], self.global_steps)
         if save_latest:
@@ -70,11 +73,11 @@ class Rank:
 @pytest.fixture
 def loop(tmp_path, monkeypatch):
     """loop(fix): the resume loop of one rank over tmp_path/m, with the stand-in engine."""
-    monkeypatch.setattr(ds_resume, "say", lambda *a: None)
     with one_rank(tmp_path):
         def make(fix):
             made = DeepSpeedResume(Rank(tmp_path / "m", fix))
-            made.engine = Engine()
+            made.engine, made.said = Engine(), []
+            monkeypatch.setattr(ds_resume, "say", made.said.append)  # what the rank prints, this loop's
             return made
         yield make
 
@@ -87,8 +90,11 @@ def older_run_left(folder: Path, manifest_run="older-7"):
 
 
 def resumed(made):
+    """(the tag folder, epoch, step) of the one resume it recorded, after checking the rest of that record: the
+    weights it resumed with and the tags it listed."""
     (e,) = made.events.of("resume")
-    return e["path"] and Path(e["path"]).name, e["step"]
+    assert e["digest"] == made.digest() and e["listing"] == made.tags()
+    return e["path"] and Path(e["path"]).name, e["epoch"], e["step"]
 
 
 def test_the_manifest_fix_never_falls_back_to_latest_when_the_manifest_names_another_run(loop, tmp_path):
@@ -97,29 +103,35 @@ def test_the_manifest_fix_never_falls_back_to_latest_when_the_manifest_names_ano
     older_run_left(tmp_path / "m")
     fixed = loop("manifest")
     assert fixed.resume() == 0
-    assert resumed(fixed) == (None, 0) and fixed.engine.loads == []
+    assert resumed(fixed) == (None, -1, 0) and fixed.engine.loads == []
     assert fixed.events.of("load_attempt") == []
+    assert fixed.said == ["manifest.json names no checkpoint of this run (this-run): not resumed from"]
     shipped = loop("as_shipped")
-    assert shipped.resume() == 1 and resumed(shipped) == ("global_step10", 10) and shipped.engine.loads == [None]
+    assert shipped.resume() == 1 and resumed(shipped) == ("global_step10", 0, 10) and shipped.engine.loads == [None]
+    assert shipped.said == ["Resumed from global_step10 (epoch 0, step 10)."]
 
 
 def test_the_manifest_fix_resumes_from_the_tag_its_own_runs_manifest_names(loop, tmp_path):
     older_run_left(tmp_path / "m", manifest_run=RUN)
     write_tag(tmp_path / "m", "global_step20", 1, 20)  # newer, but no manifest names it
     fixed = loop("manifest")
-    assert fixed.resume() == 1 and resumed(fixed) == ("global_step10", 10)
-    assert fixed.engine.loads == ["global_step10"]
-    assert [Path(e["path"]).name for e in fixed.events.of("load_attempt")] == ["global_step10"]
+    assert fixed.resume() == 1 and resumed(fixed) == ("global_step10", 0, 10)
+    assert fixed.engine.loads == ["global_step10"] and fixed.said == ["Resumed from global_step10 (epoch 0, step 10)."]
+    model = tmp_path / "m" / "global_step10" / MODEL
+    assert [(e["path"], e["bytes"]) for e in fixed.events.of("load_attempt")] == [(str(model.parent),
+                                                                                   model.stat().st_size)]
 
 
 def test_the_manifest_fix_with_no_manifest_or_one_that_names_a_tag_not_whole_starts_fresh(loop, tmp_path):
     write_tag(tmp_path / "m", "global_step10", 0, 10)
     (tmp_path / "m" / "latest").write_text("global_step10")
     none = loop("manifest")
-    assert none.resume() == 0 and resumed(none) == (None, 0) and none.engine.loads == []
+    assert none.resume() == 0 and resumed(none) == (None, -1, 0) and none.engine.loads == []
+    assert none.said == []  # no manifest at all: nothing to say of one
     (tmp_path / "m" / "manifest.json").write_text(json.dumps({"run": RUN, "tag": "global_step30"}))
     missing = loop("manifest")
-    assert missing.resume() == 0 and resumed(missing) == (None, 0) and missing.engine.loads == []
+    assert missing.resume() == 0 and resumed(missing) == (None, -1, 0) and missing.engine.loads == []
+    assert missing.said == ["manifest.json names no checkpoint of this run (this-run): not resumed from"]
 
 
 def test_agreed_resumes_from_the_newest_tag_it_holds_whole_latest_first(loop, tmp_path):
@@ -129,13 +141,13 @@ def test_agreed_resumes_from_the_newest_tag_it_holds_whole_latest_first(loop, tm
     write_tag(folder, "global_step30", 2, 30, model=False)  # its model file never landed
     (folder / "latest").write_text("global_step30")
     agreed = loop("agreed")
-    assert agreed.resume() == 1 and resumed(agreed) == ("global_step10", 10)
+    assert agreed.resume() == 1 and resumed(agreed) == ("global_step10", 0, 10)
     assert agreed.engine.loads == ["global_step10"]
     assert [e["path"] for e in agreed.events.of("resume")] == [str(folder / "global_step10")]
     write_tag(folder, "global_step100", 3, 100)  # newer by its step, though `latest` names 30
     assert loop("agreed").tags() == ["global_step100", "global_step30", "global_step20", "global_step10"]
     newest = loop("agreed")
-    assert newest.resume() == 4 and resumed(newest) == ("global_step100", 100)
+    assert newest.resume() == 4 and resumed(newest) == ("global_step100", 3, 100)
     (folder / "latest").write_text("global_step10")  # `latest` first among the candidates
     named = loop("agreed")
     assert named.resume() == 1 and named.engine.loads == ["global_step10"]
@@ -144,9 +156,9 @@ def test_agreed_resumes_from_the_newest_tag_it_holds_whole_latest_first(loop, tm
 def test_agreed_with_no_whole_tag_starts_fresh_and_as_shipped_without_latest_too(loop, tmp_path):
     write_tag(tmp_path / "m", "global_step10", 0, 10, shards=())
     agreed = loop("agreed")
-    assert agreed.resume() == 0 and resumed(agreed) == (None, 0) and agreed.engine.loads == []
+    assert agreed.resume() == 0 and resumed(agreed) == (None, -1, 0) and agreed.engine.loads == []
     shipped = loop("as_shipped")
-    assert shipped.resume() == 0 and resumed(shipped) == (None, 0) and shipped.engine.loads == [None]
+    assert shipped.resume() == 0 and resumed(shipped) == (None, -1, 0) and shipped.engine.loads == [None]
     assert loop("as_shipped").tags() == ["global_step10"]
     assert DeepSpeedResume(Rank(tmp_path / "none", "agreed")).tags() == []
 
@@ -158,7 +170,20 @@ def test_a_failed_read_is_recorded_with_the_tag_and_raised(loop, tmp_path):
     with pytest.raises(FileNotFoundError):
         shipped.resume()
     assert [(Path(e["path"]).name, e["bytes"]) for e in shipped.events.of("load_attempt")] == [("global_step10", None)]
-    assert [Path(e["path"]).name for e in shipped.events.of("load_error")] == ["global_step10"]
+    (error,) = shipped.events.of("load_error")
+    assert (Path(error["path"]).name, error["error_type"]) == ("global_step10", "FileNotFoundError")
+    assert MODEL in error["message"] and len(shipped.said) == 1
+    assert shipped.said[0] == f"Resume from global_step10 failed: FileNotFoundError: {error['message']}"
+
+
+def test_a_read_that_fails_with_no_tag_named_is_recorded_against_the_folder_and_raised(loop, tmp_path):
+    shipped = loop("as_shipped")
+    shipped.engine.fails = OSError("disk gone")  # no `latest`: DeepSpeed is asked for tag=None
+    with pytest.raises(OSError):
+        shipped.resume()
+    assert shipped.events.of("load_attempt") == []
+    assert [(e["path"], e["error_type"], e["message"]) for e in shipped.events.of("load_error")] == [
+        (str(tmp_path / "m" / "?"), "OSError", "disk gone")]
 
 
 @pytest.mark.parametrize("fix, latest, manifest", [("as_shipped", True, False), ("atomic", True, False),
@@ -173,9 +198,30 @@ def test_each_fix_writes_the_tag_and_the_manifest_as_it_says_after_every_save(lo
     assert (folder / "manifest.json").exists() == manifest
     if manifest:
         assert json.loads((folder / "manifest.json").read_text()) == {"run": RUN, "tag": "global_step20", "step": 20}
+    assert made.engine.latest_asked == [fix in ("as_shipped", "agreed")]  # the others write `latest` after every rank
     start, end = made.events.of("save_start"), made.events.of("save_end")
-    assert [(e["epoch"], e["step"], Path(e["path"]).name) for e in start] == [(1, 20, "global_step20")]
-    assert [(e["epoch"], e["step"], e["bytes"]) for e in end] == [(1, 20, (folder / "global_step20" / MODEL).stat()
-                                                                   .st_size + len("shard"))]
+    assert [(e["epoch"], e["step"], e["path"]) for e in start] == [(1, 20, str(folder / "global_step20"))]
+    assert [(e["epoch"], e["step"], e["path"], e["bytes"]) for e in end] == [
+        (1, 20, str(folder / "global_step20"), (folder / "global_step20" / MODEL).stat().st_size + len("shard"))]
     assert end[0]["digest"] == made.digest()
     assert made.faults.points == [("after_save", 1, "global_step20")]
+
+
+def test_on_two_ranks_each_starts_at_the_epoch_after_the_newest_any_resumed_and_whole_counts_each_node_s_ranks(
+        tmp_path, monkeypatch):
+    """Two real gloo ranks resuming the same epoch-0 tag both start at epoch 1 (an all-reduce MAX, not a sum); a tag
+    holding the model file and rank 1's shard alone is whole for rank 1 under node_local_storage (its node's disk
+    holds its own shard) and for no rank otherwise, since every rank's shard is needed."""
+    monkeypatch.setattr(ds_resume, "say", lambda *a: None)
+    folder = tmp_path / "m"
+    write_tag(folder, "global_step10", 0, 10, shards=(0, 1))
+    write_tag(folder, "global_step20", 1, 20, shards=(1,))
+    (folder / "latest").write_text("global_step10")
+
+    def body(rank):
+        shipped = DeepSpeedResume(Rank(folder, "as_shipped"))
+        shipped.engine = Engine()
+        return (shipped.resume(), DeepSpeedResume(Rank(folder, "node_local_storage")).whole("global_step20"),
+                DeepSpeedResume(Rank(folder, "agreed")).whole("global_step20"))
+
+    assert on_two_ranks(tmp_path / "group", body) == [(1, False, False), (1, True, False)]

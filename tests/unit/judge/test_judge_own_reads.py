@@ -78,3 +78,27 @@ def test_an_exception_that_never_passed_through_your_code_is_no_verdict_naming_w
     verdict = judge_load_best(events, 2)
     assert verdict.verdict == "error"
     assert "raised in torch/serialization.py:1500" in verdict.explanation
+
+
+def test_a_read_followed_by_the_rank_s_own_save_is_part_of_that_save_and_one_before_or_at_its_start_is_still_judged():
+    """A rank that read the file and then began a save of its own (a marker's digest of what it writes) leaves
+    what it ends with to later reads; a save that began before the read, or at its very moment, does not excuse it."""
+    from train.judge.own_reads import own_read
+
+    def mine(save_at):
+        return [ev(save_at, 1, "save_start", epoch=0, path=PATH),
+                read(10, 1, exists=True, bytes=16441, inode=7, mtime_ns=1_000),
+                ev(13, 1, "file_state", path=PATH, by=MINE, **FINAL)]
+
+    assert own_read(sorted(mine(11), key=lambda e: e["t"])) is None
+    stale = ("stale", "your code's read of models/weights.pt, read in mine/own_file.py:20, came before its last write "
+                      "(16441 bytes then, 16441 when the rank ended)")
+    assert own_read(mine(9)) == stale and own_read(mine(10)) == stale
+
+
+def test_a_path_is_named_by_its_folder_and_file_and_a_folder_by_its_parent_and_itself():
+    from train.judge.own_reads import short_path
+
+    assert short_path("/runs/x/models/weights.pt") == "models/weights.pt"
+    assert short_path("/runs/x/models/") == "x/models"
+    assert short_path("/ckpt/resnet50_MAX/") == "ckpt/resnet50_MAX"

@@ -203,8 +203,8 @@ class DeepSpeedResume:
             mine = 0
         else:
             epoch, step = client["epoch"], self.engine.global_steps
-            self.events.record("resume", epoch=epoch, step=step, path=str(Path(path).parent if Path(path).is_file()
-                                                                            else path), digest=self.digest(),
+            # load_checkpoint returns the model file it read (0.19.8: sd_loader.load's path): its folder is the tag
+            self.events.record("resume", epoch=epoch, step=step, path=str(Path(path).parent), digest=self.digest(),
                                listing=listing)
             say(f"Resumed from {Path(path).parent.name} (epoch {epoch}, step {step}).")
             mine = epoch + 1
