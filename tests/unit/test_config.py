@@ -40,6 +40,7 @@ LAPTOP = Machine(cpus=2, gpus=0, memory_mib=16_000, open_files=1024)
     (["scenario=async_in_flight", "framework=torch_loop", "fix=durable"], None),  # a built-in fix still runs it
     (["scenario=node_local_resume", "framework=ray_train", "fix=as_shipped"], "needs 2 nodes; ray_train starts "
      "its own workers from one driver"),  # own_workers: one node
+    (["scenario=crash_mid_save", "framework=ray_train", "fix=as_shipped"], None),  # own_workers on its one node
 ])
 def test_a_cell_is_n_a_by_the_scenario_s_needs_the_fix_s_and_the_framework_s_contract(overrides, reason):
     got = not_applicable(composed(*overrides))
@@ -332,6 +333,20 @@ def test_n_a_by_workload_names_each_workload_in_words_and_an_unknown_one_by_its_
     assert not_applicable(cfg(["load_best"], "bogus")) == "needs bogus; transformers has none: transformers has no bogus"
     assert not_applicable(cfg([], "resume")) == "a fix of no workload; this run's is the resume after a restart " \
                                                 "(workload=resume)"
+
+
+def test_n_a_reads_the_not_for_line_for_the_workload_and_fix_first_and_a_fix_that_needs_nothing_is_the_frameworks():
+    """A scenario's not_for line for `<workload>/<fix>` is said before the rest; a run's workload that its
+    framework does not lack yet has no words is named by its value; a fix with no `needs` asks the framework."""
+    def cfg(workloads, workload, not_for=None):
+        return {"fix": {"name": "fix", "workloads": workloads}, "framework": {"name": "transformers"},
+                "workload": workload, "not_for": not_for or {}}
+
+    assert not_applicable(cfg(["load_best"], "resume", {"resume/fix": "not for the resume"})) == "not for the resume"
+    assert not_applicable(cfg(["resume"], "listing")) == ("a fix of the resume after a restart (workload=resume); "
+                                                          "this run's is workload=listing")
+    assert not_applicable(cfg(["resume"], "resume")) == "framework=transformers has no way to do fix=fix for " \
+                                                        "workload=resume"
 
 
 def test_a_list_with_choices_says_each_item_must_be_one_of_them():

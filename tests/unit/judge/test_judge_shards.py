@@ -1,6 +1,8 @@
 """Judging sharded state (train/judge/shards.py), from hand-made events: a resume whose ranks read different steps,
 or a shard holding another step's write, or a rank that started fresh beside peers that resumed, is `mixed` and
 never clean, though every load returned; the explanation names the rank. No ranks run here."""
+import pytest
+
 from train.judge.shards import mixed_resumes, never_written, written
 from train.judge.verdict import judge
 
@@ -262,3 +264,45 @@ def test_only_the_attempt_that_read_an_older_runs_shards_is_named_and_the_last_s
         twice += resumed(5.0, r, 1, 10, {0: "old0", 1: "old1"}, path="m/global_step10")
     assert {r: why[:50] for r, why in never_written(run(*twice)).items()} == \
         {r: "attempt 1: it resumed from global_step10 (step 10)" for r in (0, 1)}
+
+
+def test_a_rank_that_read_its_one_shard_of_an_older_runs_checkpoint_is_told_the_shard_holds_no_write_of_this_run():
+    """Each rank reads its own part alone (Ray Train's rank_<r>.pt): one shard, said as one."""
+    events = []
+    for r in (0, 1):
+        events += [e for e in resumed(0.5, r, 0, 10, {r: f"old{r}"}, path="m/global_step10") if e[3] != "final"]
+    events += [*saved(2.0, 20, {0: "a20", 1: "b20"}), (4.0, 0, 0, "final", {"digest": "end"}),
+               (4.0, 1, 0, "final", {"digest": "end"})]
+    why = ("attempt 0: it resumed from global_step10 (step 10), a checkpoint this run never wrote: no save of this "
+           "run reached step 10 and the shard it read holds no write of this run (a tag an older run left)")
+    assert never_written(run(*events)) == {0: why, 1: why}
+    v = judge(run(*events), 2).as_dict()
+    assert [(r["outcome"], r["detail"]) for r in v["ranks"]] == [("stale", why), ("stale", why)]
+    assert f"rank 1 stale ({why})" in v["explanation"]
+
+
+@pytest.mark.parametrize("path, name", [("/work/runs/older/m/global_step10", "global_step10"),
+                                        ("m/global_step10/", "global_step10"), ("global_step10", "global_step10"),
+                                        ("m/run_X/", "run_X")])
+def test_the_checkpoint_this_run_never_wrote_is_named_by_the_last_folder_of_its_path(path, name):
+    """However the path is written (absolute, with a trailing slash, a bare name), the sentence names its last
+    folder, whole."""
+    events = []
+    for r in (0, 1):
+        events += resumed(0.5, r, 0, 10, {0: "old0", 1: "old1"}, path=path)
+    why = (f"attempt 0: it resumed from {name} (step 10), a checkpoint this run never wrote: no save of this run "
+           "reached step 10 and none of the 2 shards it read holds a write of this run (a tag an older run left)")
+    assert never_written(run(*events)) == {0: why, 1: why}
+
+
+def test_only_a_resume_names_the_checkpoint_never_written_not_the_other_records_of_its_attempt_that_name_a_file():
+    """Attempt 0 resumed from an older run's tag and died as rank 1 was killed saving step 30 (its crash names that
+    folder): the resume alone is weighed, and the kill is the attempt's end."""
+    events = [*older_tag_then_own(), (2.5, 1, 0, "crash", {"at": "before_write", "epoch": 2,
+                                                            "path": "m/global_step30"})]
+    why = ("attempt 0: it resumed from global_step10 (step 10), a checkpoint this run never wrote: no save of this "
+           "run reached step 10 and none of the 2 shards it read holds a write of this run (a tag an older run left)")
+    assert never_written(run(*events)) == {0: why, 1: why}
+    v = judge(run(*events), 2).as_dict()
+    assert [(r["outcome"], r["detail"]) for r in v["ranks"]] == [("stale", why), ("stale", why)]
+    assert v["resume"]["attempts"][0]["what"] == "rank 1 killed with SIGKILL before write (planted)"

@@ -213,6 +213,13 @@ def test_a_job_left_out_as_n_a_has_the_row_its_run_had_but_no_job(tmp_path):
     assert not_run_row({**torn, "config": {**CFG, "framework": {"name": "lightning"}}})["framework"] == "lightning"
 
 
+def test_a_not_run_record_with_just_the_keys_the_report_reads_is_read(tmp_path):
+    """config, status, verdict and explanation are all a row needs: a record with no other key is still one."""
+    just = {"config": CFG, "status": "n/a", "verdict": "n/a", "explanation": "scenario=seed fix=barrier: n/a: why"}
+    write_json_atomic(tmp_path / NOT_RUN, {"n/a": [just]})
+    assert read_not_run(tmp_path) == [just]
+
+
 def test_runs_are_found_in_job_order_and_a_nodes_own_dir_is_part_of_its_run(tmp_path):
     for name in ("10-b", "2-a", "x-named", "2-a/nodes/node0", "2-a/nodes/node1", "1-c", "e", "b", "d", "a"):
         (tmp_path / name / ".hydra").mkdir(parents=True)
