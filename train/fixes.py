@@ -277,9 +277,9 @@ def safe_dcp_reader(path):
         def find_class(self, module, name):
             if (module, name) in DCP_METADATA_GLOBALS or (module == "torch" and name in DTYPES):
                 return super().find_class(module, name)
-            if module == DCP_METADATA and name.isidentifier() and not name.startswith("__"):  # no dotted path
+            if module == DCP_METADATA:  # a class it defines, not what it imported (a dotted name reaches its `os`)
                 found = super().find_class(module, name)
-                if isinstance(found, type) and found.__module__ == module:  # a class of its own, not an import
+                if isinstance(found, type) and found.__module__ == module:
                     return found
             raise pickle.UnpicklingError(f"{module}.{name} is not something dcp writes in .metadata: not loaded")
 

@@ -270,6 +270,8 @@ def test_the_safe_reader_refuses_any_torch_global_but_a_dtype_and_any_name_but_a
         # a dotted name reaches what the module imported (its `os`): only a class dcp defines there is loaded
         "torch.distributed.checkpoint.metadata.os.mkdir": calls("torch.distributed.checkpoint.metadata", "os.mkdir",
                                                                 [str(ran)]),
+        # a class of another module, named by its own module
+        "subprocess.Popen": calls("subprocess", "Popen", ["true"]),
         # a class the module imported (enum's Enum), not one it defines
         "torch.distributed.checkpoint.metadata.Enum": calls("torch.distributed.checkpoint.metadata", "Enum",
                                                             ["Ran", "yes"]),
