@@ -5,6 +5,7 @@ from typing import Any, Optional
 from train.judge.crash_loop import crash_loop
 from train.judge.explain import replicas
 from train.judge.load_best import hang_detail, rank_timings
+from train.judge.own_reads import own_raise
 from train.judge.shards import mixed_resumes, never_written
 from train.judge.vocabulary import (
     FAILURE_EVENTS,
@@ -61,7 +62,11 @@ def attempt_end(events: list[Event], n: int, finished: bool) -> dict[str, Any]:
         what = f"rank {first['rank']} killed with SIGKILL {first['at'].replace('_', ' ')} (planted)"
     elif first["event"] == "load_error":
         kind = classify_load_error(first["error_type"], first["message"], first.get("in_reader", False))
-        what = f"rank {first['rank']} could not resume from it ({kind}: {load_error_sentence(first['error_type'], first['message'])})"
+        raised = own_raise([e for e in mine if e["rank"] == first["rank"]])
+        if kind == "error" and raised:
+            what = f"rank {first['rank']} could not resume from it: {raised[1]}"
+        else:
+            what = f"rank {first['rank']} could not resume from it ({kind}: {load_error_sentence(first['error_type'], first['message'])})"
     elif first["event"] == "hang":
         what = f"rank {first['rank']} hung: its {first['sync']} could never end"
     elif first["event"] == "rotate_error":
@@ -70,8 +75,16 @@ def attempt_end(events: list[Event], n: int, finished: bool) -> dict[str, Any]:
         where = f"epoch {first['epoch']}" if "epoch" in first else f"its {first['how']}" if "how" in first \
             else "training"
         what = f"rank {first['rank']} in {where}: {first['error_type']}: {short(first['message'])}"
-    return {"attempt": n, "ended": "died", "rank": first["rank"], "file": first.get("path"), "what": what,
-            "error_type": first.get("error_type")}
+    return {"attempt": n, "ended": "died", "rank": first["rank"], "file": first.get("path") or touched(mine, first),
+            "what": what, "error_type": first.get("error_type")}
+
+
+def touched(mine: list[Event], failure: Event) -> Optional[str]:
+    """The last checkpoint path your code opened or listed on the failed rank before its failure (file_op with
+    `by`, train/rank/observe.py), or None."""
+    ops = [e for e in mine if e["event"] == "file_op" and e.get("by") and e["rank"] == failure["rank"]
+           and e["t"] <= failure["t"]]
+    return ops[-1]["path"] if ops else None
 
 
 def uncommitted(events: list[Event], n: int) -> str:
@@ -102,7 +115,11 @@ def resume_rank(rank: int, events: list[Event], last: int, status: Optional[str]
     failed = last_event(now, "load_error")
     if failed:
         kind = classify_load_error(failed["error_type"], failed["message"], failed.get("in_reader", False))
-        return result(kind, f"resuming from {failed.get('path')}: {load_error_sentence(failed['error_type'], failed['message'])}")
+        raised = own_raise(now)  # it passed through your code: your resume's failure, never the harness's
+        if kind == "error" and raised:
+            return result(*raised)
+        return result(kind, f"resuming from {failed.get('path') or 'the folder'}: "
+                            f"{load_error_sentence(failed['error_type'], failed['message'])}")
     deleted = last_event(now, "rotate_error")
     if deleted:
         kind = "missing" if deleted["error_type"] == "FileNotFoundError" else "error"

@@ -685,3 +685,33 @@ def test_a_crash_loops_record_keeps_the_resumes_of_its_last_attempt_and_leaves_o
     events += _resumed(3, 15.0, 0, 1)  # the agent began attempt 3 as the launcher stopped the run
     v = judge(_resume_run(*events, status="crash_loop"), 2)
     assert [[r["attempt"] for r in v.resume["ranks"][str(rank)]] for rank in (0, 1)] == [[0, 1, 2]] * 2
+
+
+def _your_resume_raised(by: str = "my/ckpt.py:41"):
+    """Attempt 1: rank 1's resume (a class of yours) lists epoch1's folder and raises an AssertionError there (what
+    DeepSpeed's load_checkpoint raises for a tag with no model file on this rank's disk); its rank_error's `by`
+    is your code's frame, as train/rank/observe.py records it ("" : no frame of yours)."""
+    events = _attempt0_killed_mid_epoch1()
+    events += [(5.0, 1, "loop_start", {"attempt": 1}),
+               (5.1, 1, "file_op", {"attempt": 1, "op": "list", "path": "m/epoch1", **({"by": by} if by else {})}),
+               (5.2, 1, "load_error", {"attempt": 1, "path": None, "error_type": "AssertionError", "message": ""}),
+               (5.3, 1, "rank_error", {"attempt": 1, "error_type": "AssertionError", "message": "",
+                                       **({"by": by} if by else {})})]
+    return judge(_resume_run(*events, status="failed"), 2).as_dict()
+
+
+def test_a_resume_of_yours_that_raised_is_your_codes_failure_naming_the_folder_it_listed_and_your_frame():
+    v = _your_resume_raised()
+    assert v["verdict"] == "race"
+    assert v["ranks"][1]["outcome"] == "raised"
+    assert v["ranks"][1]["detail"] == "your code raised AssertionError, with no message, in my/ckpt.py:41"
+    assert v["resume"]["attempts"][1]["file"] == "m/epoch1"
+    assert v["resume"]["attempts"][1]["what"] == ("rank 1 could not resume from it: your code raised AssertionError, "
+                                                  "with no message, in my/ckpt.py:41")
+
+
+def test_a_resume_that_raised_with_no_frame_of_yours_stays_the_harness_error_naming_no_file():
+    v = _your_resume_raised(by="")
+    assert v["ranks"][1]["outcome"] == "error"
+    assert v["ranks"][1]["detail"] == "resuming from the folder: AssertionError, with no message"
+    assert v["resume"]["attempts"][1]["file"] is None
