@@ -1,7 +1,8 @@
 """DeepSpeed's contract (train/frameworks/base.py): ZeRO's save_checkpoint every epoch and load_checkpoint, which
-reads `latest`, at the start of every attempt (resume.py), on gloo ranks through its CPU accelerator."""
+reads `latest`, at the start of every attempt (resume.py), on gloo ranks through its CPU accelerator; or a class of
+yours around them (own.py), rank0_leads.py's among them."""
 
-from train.frameworks.base import Framework
+from train.frameworks.base import FOLDER, Framework, OwnBase
 
 ASYNC = "save_checkpoint saves synchronously here; it has no async save to run"
 
@@ -12,7 +13,21 @@ class DeepSpeed(Framework):
     workloads = {"resume": "train.frameworks.deepspeed.resume:fit_and_resume"}
     preload = ("train.frameworks.deepspeed.accelerator",)  # DS_ACCELERATOR, before deepspeed is imported
     as_shipped_fix = "as_shipped"
-    fixes = {"resume": frozenset({"as_shipped", "atomic", "agreed", "manifest", "node_local_storage"})}
+    fixes = {
+        "resume": frozenset({"as_shipped", "atomic", "agreed", "manifest", "node_local_storage", "rank0_leads", "own"})
+    }
+    # fix=own: DeepSpeed's engine is not yours, the code around save_checkpoint and load_checkpoint is: a class with
+    # the methods of the file users copy (rank0_leads.py's Rank0LeadsCheckpoints), built with the checkpoint folder
+    # and fix.kwargs; save(engine, epoch) on every rank after each epoch, resume(engine) on every rank at each
+    # attempt's start, returning the client state it loaded or None (own.py)
+    own_bases = (
+        OwnBase(
+            None,
+            positional=("folder",),
+            built_with={"folder": FOLDER},
+            methods={"save": ("engine", "epoch"), "resume": ("engine",)},
+        ),
+    )
     no_fix = {
         "in_place": "the naive resume loop of framework=torch_loop; this framework's own resume as shipped is "
         "fix=as_shipped",
@@ -24,9 +39,6 @@ class DeepSpeed(Framework):
         "checkpoint.use_node_local_storage, is fix=node_local_storage",
         "rank0_rotates": "nothing rotates: DeepSpeed keeps every global_step<N> folder (scenario=cleanup runs, and "
         "nothing is deleted: its race cannot happen)",
-        "rank0_leads": "no helper written for DeepSpeed: a ZeRO partition is each rank's own, rank 0 cannot read it "
-        "for the others",
-        "own": "DeepSpeed's engine is no class of yours to put in",
     }
     provides = frozenset({"sharded_state", "older_run"})
     lacks = {

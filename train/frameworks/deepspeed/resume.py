@@ -32,6 +32,9 @@ Fixes (cfg["fix"]["name"]), each from train/fixes.py:
   manifest    as atomic, then rank 0 writes manifest.json last (fixes.publish_manifest_last: the run's id, rdzv.id,
               and the tag); a resume takes only the tag of a manifest this run wrote (fixes.manifest_tag), checked
               whole as agreed does: a tag an older run left in the folder is not resumed from (stale_tag)
+  rank0_leads Rank0LeadsCheckpoints (rank0_leads.py, the file users copy: rank 0 writes a marker of the run and the
+              tag once every rank's part is written), run as a class of yours is (own.py)
+  own         a class of yours (fix._target_) saves and resumes with the engine; own.py records what it did
 fault.older_run (stale_tag): an earlier run's checkpoint planted in the folder before the first attempt (older.py).
 Events: those of train/frameworks/torch_loop/ (path: a tag folder), and shard_write / shard_read.
 """
@@ -48,6 +51,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from train.events import attempt
 from train.fixes import SyncFailed, agreed_tag, manifest_tag, publish_manifest_last, publish_tag_last
+from train.frameworks.deepspeed.own import OwnCheckpoints
 from train.frameworks.deepspeed.seams import MODEL, SHARD, ObservedCheckpointEngine
 from train.toolkit.errors import error_fields
 from train.toolkit.model import digits_split, small_cnn, weights_digest
@@ -66,12 +70,14 @@ class Way:
     agreed: bool = False  # every rank loads the newest tag all of them hold whole (an all-reduce MIN)
     manifest: bool = False  # a manifest naming the run written last; a resume reads only its own run's
     each_node: bool = False  # checkpoint.use_node_local_storage: each node's local rank 0 writes the model file too
+    own: bool = False  # a class of yours saves and resumes (own.py): fix=own, or rank0_leads.py's (fix=rank0_leads)
 
 
 # the dispatch: fix.name -> how the loop does it (framework.py names these fixes, and why it lacks others)
 BY_FIX = {"as_shipped": Way(), "atomic": Way(tag_last=True), "agreed": Way(agreed=True),
           "manifest": Way(tag_last=True, manifest=True),
-          "node_local_storage": Way(tag_last=True, manifest=True, each_node=True)}
+          "node_local_storage": Way(tag_last=True, manifest=True, each_node=True),
+          "rank0_leads": Way(own=True), "own": Way(own=True)}
 
 
 def fit_and_resume(rank: Rank):
@@ -90,6 +96,7 @@ class DeepSpeedResume:
         self.timeout_s = cfg["timeout"]["collective_s"]
         self.me = dist.get_rank()
         self.epoch, self.tag = None, None  # the save under way
+        self.own = OwnCheckpoints(self) if self.way.own else None
 
     def run(self):
         cfg = self.cfg
@@ -99,7 +106,7 @@ class DeepSpeedResume:
             plant_older_run(self, (cfg["seed"] + 1) % 2 ** 32)
         self.engine, loader, sampler = self.engine_and_data(cfg["seed"])
         self.steps_per_epoch = len(loader)
-        self.engine.checkpoint_engine = ObservedCheckpointEngine(self)
+        self.seam = self.engine.checkpoint_engine = ObservedCheckpointEngine(self)
 
         start = self.resume()
         self.events.record("fit_start", train_batches=self.steps_per_epoch, node_local=cfg["checkpoint"]["node_local"],
@@ -173,6 +180,8 @@ class DeepSpeedResume:
         """load_checkpoint on every rank; the epoch to start from (the highest any rank resumed to). A failed read
         is recorded and raised: the rank dies, and torch elastic restarts the group."""
         listing = self.tags()
+        if self.own:
+            return self.in_step(self.resume_own(listing))
         tag, agreeing = None, self.way.agreed or self.way.manifest
         if self.way.manifest:  # only a tag this run's manifest names, checked whole on every rank
             tag = agreed_tag(self.events, lambda: [t] if (t := manifest_tag(self.manifest, self.run_id)) else [],
@@ -208,8 +217,25 @@ class DeepSpeedResume:
                                listing=listing)
             say(f"Resumed from {Path(path).parent.name} (epoch {epoch}, step {step}).")
             mine = epoch + 1
+        return self.in_step(mine)
+
+    def resume_own(self, listing: list) -> int:
+        """fix=own: the epoch your class's resume() returned on this rank and the tag folder its load read (own.py);
+        the epoch this rank would start from."""
+        epoch, folder = self.own.resume()
+        if epoch is None:
+            self.events.record("resume", epoch=-1, step=0, path=None, digest=self.digest(), listing=listing)
+            return 0
+        step = self.engine.global_steps
+        self.events.record("resume", epoch=epoch, step=step, path=str(folder) if folder else None,
+                           digest=self.digest(), listing=listing)
+        say(f"Resumed from {folder.name if folder else 'no file read'} (epoch {epoch}, step {step}).")
+        return epoch + 1
+
+    def in_step(self, mine: int) -> int:
+        """The epoch to start from: the highest any rank resumed to (see the module's docstring)."""
         start = torch.tensor([mine])
-        dist.all_reduce(start, op=dist.ReduceOp.MAX)  # the loop's ranks in step (see the module's docstring)
+        dist.all_reduce(start, op=dist.ReduceOp.MAX)
         return int(start)
 
     # --- the save ---
@@ -219,10 +245,13 @@ class DeepSpeedResume:
         self.tag = f"global_step{step}"
         path = self.folder / self.tag
         if self.me == 0:
-            self.events.record("save_start", epoch=epoch, step=step, path=str(path))
-        self.engine.save_checkpoint(str(self.folder), client_state={"epoch": epoch},
-                                    save_latest=not self.way.tag_last)
-        self.publish(self.tag, self.run_id, step=step)
+            self.events.record("save_start", epoch=epoch, step=step, path=None if self.own else str(path))
+        if self.own:  # your save: the tag folder it wrote
+            path = self.own.save(epoch) or self.folder
+        else:
+            self.engine.save_checkpoint(str(self.folder), client_state={"epoch": epoch},
+                                        save_latest=not self.way.tag_last)
+            self.publish(self.tag, self.run_id, step=step)
         digest = self.digest()  # on every rank: under ZeRO-3 it gathers the parameters
         if self.me == 0:
             size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())

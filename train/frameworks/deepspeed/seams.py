@@ -61,12 +61,14 @@ class ObservedCheckpointEngine(TorchCheckpointEngine):
     def __init__(self, loop):
         super().__init__(None)
         self.loop = loop  # the resume loop: its events, faults, rank, step
+        self.wrote, self.read = [], []  # every file saved and loaded through it, in order (own.py reads them)
 
     def save(self, state_dict, path: str):
         name, loop = Path(path).name, self.loop
+        self.wrote.append(str(path))
         shard = SHARD.match(name)
-        if shard:
-            loop.faults.before_shard(loop.epoch, path, loop.latest, loop.tag, loop.timeout_s)
+        if shard:  # the tag: the folder it lands in, whoever named it
+            loop.faults.before_shard(loop.epoch, path, loop.latest, Path(path).parent.name, loop.timeout_s)
             torch.save(state_dict, path)
             loop.events.record("shard_write", step=loop.engine.global_steps, shard=int(shard.group(1)),
                                digest=state_digest(state_dict), path=str(path))
@@ -84,6 +86,7 @@ class ObservedCheckpointEngine(TorchCheckpointEngine):
         return super().commit(info)
 
     def load(self, path: str, map_location=None):
+        self.read.append(str(path))
         with torch.serialization.safe_globals(safe_globals()):
             state = torch.load(path, map_location=map_location, weights_only=True)
         shard = SHARD.match(Path(path).name)
