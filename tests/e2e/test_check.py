@@ -261,21 +261,21 @@ def test_a_race_says_what_holds_it_in_its_framework_as_measured(tmp_path):
     assert holds_with_run({**raced, "verdict": "clean"}, tmp_path) == []
 
 
-def test_deepspeed_as_measured_atomic_holds_the_shared_disk_rows_and_node_local_storage_holds_every_row():
-    """docs/measured/deepspeed-*.csv: shard_lost holds with atomic, agreed, manifest and node_local_storage;
-    node_local_resume (each rank's partition on its own node's disk) with node_local_storage alone; stale_tag (an
-    older run's tag in the folder) with manifest and node_local_storage (its resume is manifest's)."""
+def test_deepspeed_as_measured_rank0_leads_holds_the_shared_disk_rows_and_node_local_storage_holds_every_row():
+    """docs/measured/deepspeed-*.csv: shard_lost holds with rank0_leads (the file to copy), atomic, agreed, manifest
+    and node_local_storage; node_local_resume (each rank's partition on its own node's disk) with node_local_storage
+    alone; stale_tag (an older run's tag in the folder) with rank0_leads, manifest and node_local_storage (its
+    resume is manifest's). On shared disks the check recommends the file to copy."""
     measured = read_measured("deepspeed")
-    assert holds_with(measured, "shard_lost") == ["atomic", "agreed", "manifest", "node_local_storage"]
+    assert holds_with(measured, "shard_lost") == ["rank0_leads", "atomic", "agreed", "manifest", "node_local_storage"]
     assert holds_with(measured, "node_local_resume") == ["node_local_storage"]
-    assert holds_with(measured, "stale_tag") == ["manifest", "node_local_storage"]
+    assert holds_with(measured, "stale_tag") == ["rank0_leads", "manifest", "node_local_storage"]
     shared = ["crash_mid_save", "shard_lost", "cleanup"]  # check.disks=shared leaves node_local_resume out
-    assert recommended(measured, shared) == "atomic"
-    assert recommended(measured, [*shared, "stale_tag"]) == "manifest"
+    assert recommended(measured, shared) == recommended(measured, [*shared, "stale_tag"]) == "rank0_leads"
     assert recommended(measured, [*shared, "stale_tag", "node_local_resume"]) == "node_local_storage"
     plan = {"framework": "deepspeed", "fix": "as_shipped", "repeats": 1, "world_size": 2, "setup": {},
             "left_out": [], "scenarios": [{"name": n, "workload": "resume", "cannot": None} for n in shared]}
     checked = result(plan, {"crash_mid_save": [summary("clean")], "shard_lost": [summary("race", "missing")],
                             "cleanup": [summary("clean")]}, measured)
-    assert last_line(checked) == ("unsafe: raced in 1 of 3 (shard_lost); the change that holds all 3: fix=atomic "
-                                  "(docs/frameworks.md)")
+    assert last_line(checked) == ("unsafe: raced in 1 of 3 (shard_lost); the change that holds all 3: fix=rank0_leads "
+                                  "(docs/fixes/deepspeed.md)")
