@@ -13,10 +13,11 @@ from typing import Any, Dict, List, Optional, get_args, get_origin
 from hydra.core.config_store import ConfigStore
 
 
-def key(default, doc, *, min=None, above=None, max=None, choices=None, only=None):
+def key(default, doc, *, min=None, above=None, max=None, choices=None, only=None, needs=()):
     """A config key: its default, one line on its meaning, and its allowed values. only: the runs that read it,
-    {dotted key: values}; a user who sets it for another run is refused (train/launch/preflight.py)."""
-    meta = {"doc": doc, "min": min, "above": above, "max": max, "choices": choices, "only": only,
+    {dotted key: values}; needs: a framework capability one of which the run's framework must provide (base.py's
+    CAPABILITIES). A user who sets it for another run is refused (train/launch/preflight.py)."""
+    meta = {"doc": doc, "min": min, "above": above, "max": max, "choices": choices, "only": only, "needs": needs,
             "may_be_empty": default == []}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -55,15 +56,14 @@ class FaultConfig:
                                     "before_shard: rank 1, before its shard lands (a framework with sharded_state, shard_lost)",
                        choices=["mid_write", "after_save", "before_shard"], only={"workload": ["resume"]})
     stale_listing: bool = key(False, "after a restart, every rank but 0 lists the checkpoints as a stale directory "
-                                     "cache would: without the newest (resume_disagree)",
-                              only={"workload": ["resume"]})
+                                     "cache would: without the newest (resume_disagree)", only={"workload": ["resume"]})
     delete_race: bool = key(False, "two ranks delete the same old checkpoint, rank 0 first: it deletes once a peer has "
                                    "listed the file, the peer once rank 0 has deleted it (cleanup)",
                             only={"workload": ["resume"]})
     older_run: bool = key(False, "framework=deepspeed: before the first attempt, an earlier run of another seed "
                                  "(seed+1) leaves its epoch-0 checkpoint and its tag in checkpoint.dir, as that run's "
                                  "fix wrote them (stale_tag)",
-                          only={"workload": ["resume"], "framework.name": ["deepspeed"]})
+                          only={"workload": ["resume"]}, needs=("older_run",))
     async_fault: Optional[str] = key(None, "checkpoint.async_save, at fault.kill_epoch's save (first attempt): "
                                            "in_flight, rank 0 killed while the save is written (async_in_flight); "
                                            "shared_group, the save's collectives on the training's group "
@@ -94,12 +94,12 @@ class CheckpointConfig:
                             "0 keeps all (cleanup)", min=0, only={"workload": ["resume"]})
     pointer: bool = key(False, "the resume: find the newest checkpoint through a `latest` pointer file "
                                "(DeepSpeed's), not by listing the folder (pointer_first)",
-                   only={"workload": ["resume"], "framework.name": ["torch_loop", "lightning"]})
+                   only={"workload": ["resume"]}, needs=("pointer",))
     async_save: bool = key(False, "save in the background while training goes on: framework=torch_loop with torch's "
                                   "dcp.async_save, waited on through its Future; framework=lightning (workload=resume) "
                                   "with Lightning's AsyncCheckpointIO; each save records when it was dispatched and "
                                   "when it was durable (docs/async.md)",
-                           only={"framework.name": ["torch_loop", "lightning"], "workload": ["resume"]})
+                           only={"workload": ["resume"]}, needs=("dcp_async_save", "async_top_k"))
 
 
 @dataclass

@@ -27,9 +27,12 @@ def keys_with_only(schema=TrainConfig, prefix=""):
 ONLY = sorted(keys_with_only())
 
 
-def a_run_that_reads(only: dict) -> list:
-    """Overrides for a run that meets every condition of a key's `only`."""
-    out = []
+def a_run_that_reads(only: dict, needs=()) -> list:
+    """Overrides for a run that meets every condition of a key's `only`, with a framework that provides one of the
+    capabilities it `needs`."""
+    from train.frameworks.registry import get, names
+
+    out = [f"framework={next(n for n in names() if needs[0] in get(n).provides)}"] if needs else []
     for other, values in only.items():
         value = values[0]
         if other == "workload":
@@ -78,7 +81,8 @@ def test_a_key_set_for_a_run_that_ignores_it_is_refused_naming_it_and_taken_wher
     assert isinstance(refused, str) and refused.startswith(f"{key}=") and "which ignores it" in refused, refused
     if key == "fix._target_":
         return  # where it is read (fix=own), the class must be one of the framework's kinds: tests/e2e/test_own_class.py
-    taken = preflight_line([*a_run_that_reads(only), f"{key}={value}"], tmp_path / "run")
+    taken = preflight_line([*a_run_that_reads(only, field.metadata.get("needs", ())), f"{key}={value}"],
+                           tmp_path / "run")
     assert not (isinstance(taken, str) and "which ignores it" in taken), taken
 
 

@@ -330,7 +330,7 @@ def test_n_a_by_workload_names_each_workload_in_words_and_an_unknown_one_by_its_
     assert not_applicable(cfg(["load_best", "other"], "resume")) == (
         "a fix of the load of the best at the end (workload=load_best) and workload=other; this run's is the resume "
         "after a restart (workload=resume)")
-    assert not_applicable(cfg(["load_best"], "bogus")) == "needs bogus; transformers has none: transformers has no bogus"
+    assert not_applicable(cfg(["load_best"], "bogus")) == "needs bogus; transformers has none: transformers provides no bogus"
     assert not_applicable(cfg([], "resume")) == "a fix of no workload; this run's is the resume after a restart " \
                                                 "(workload=resume)"
 

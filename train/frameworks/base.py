@@ -122,7 +122,8 @@ class Framework:
             return None if need in cls.workloads else cls.lacks.get(need, f"{cls.name} has no {need} workload")
         if need in cls.provides:
             return None
-        return cls.lacks.get(need, f"{cls.name} has no {CAPABILITIES.get(need, need)}")
+        meaning = f", {CAPABILITIES[need]}" if need in CAPABILITIES else ""
+        return cls.lacks.get(need, f"{cls.name} provides no {need}{meaning}")
 
     @classmethod
     def why_no_fix(cls, fix: str, workload: str) -> Optional[str]:

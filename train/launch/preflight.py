@@ -88,11 +88,18 @@ def given_keys(overrides) -> list:
 
 
 def check_used(cfg: dict, given) -> None:
-    """A key the user set that this run would ignore (its schema entry's `only` names the runs that read it)
-    is refused: a run that silently drops what was asked for answers another question."""
+    """A key the user set that this run would ignore (its schema entry's `needs` the capabilities a framework must
+    provide to read it, its `only` the runs that read it) is refused: a run that silently drops what was asked for
+    answers another question."""
     for dotted in given_keys(given):
         entry = lookup(dotted)
         only = entry.metadata.get("only") if entry is not None else None
+        needs = entry.metadata.get("needs", ()) if entry is not None else ()
+        framework = the_framework(cfg) if needs else None
+        if framework is not None and not any(need in framework.provides for need in needs):
+            raise ConfigError(f"{dotted}={value_of(cfg, dotted)!r}: read only by a framework with "
+                              f"{' or '.join(needs)}; this run has framework={framework.name}, which ignores it: "
+                              f"{framework.why_lacking(needs[0])}")
         for other, values in (only or {}).items():
             actual = value_of(cfg, other)
             if actual not in values:

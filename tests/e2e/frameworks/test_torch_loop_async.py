@@ -191,8 +191,9 @@ def test_async_save_is_refused_in_one_line_where_the_framework_has_no_async_save
                            "world_size=2"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     lines = (done.stdout + done.stderr).strip().splitlines()
-    assert lines == ["error: checkpoint.async_save=True: read only with framework=torch_loop or framework=lightning; "
-                     "this run has framework=fastai, which ignores it"], lines
+    assert lines == ["error: checkpoint.async_save=True: read only by a framework with dcp_async_save or async_top_k; "
+                     "this run has framework=fastai, which ignores it: fastai provides no dcp_async_save, an async "
+                     "save through torch.distributed.checkpoint.async_save (checkpoint.async_save)"], lines
 
 
 def test_rename_into_place_leaves_one_whole_checkpoint_and_replaces_the_old(tmp_path):

@@ -62,4 +62,4 @@ def test_a_capability_the_framework_lacks_is_said_in_its_line_or_a_derived_one()
     fastai = registry.get("fastai")
     assert fastai.why_lacking("load_best") is None and fastai.why_lacking("load_guard") is None
     assert "no resume path" in fastai.why_lacking("resume")
-    assert fastai.why_lacking("sharded_state") == f"fastai has no {CAPABILITIES['sharded_state']}"
+    assert fastai.why_lacking("sharded_state") == f"fastai provides no sharded_state, {CAPABILITIES['sharded_state']}"

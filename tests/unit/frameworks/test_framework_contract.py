@@ -41,7 +41,7 @@ def test_a_sound_contract_has_no_problems_and_derives_its_lines():
     assert Sound.why_lacking("load_best") is None and Sound.why_lacking("load_guard") is None
     assert Sound.why_lacking("pointer") == "it keeps no pointer"
     assert Sound.why_lacking("resume") == "sound has no resume workload"
-    assert Sound.why_lacking("listing") == f"sound has no {CAPABILITIES['listing']}"
+    assert Sound.why_lacking("listing") == f"sound provides no listing, {CAPABILITIES['listing']}"
     assert Sound.why_no_fix("barrier", "load_best") is None
     assert Sound.why_no_fix("poll", "load_best") == "waiting for the file adds nothing here"
     assert Sound.why_no_fix("dcp", "load_best") == "framework=sound has no way to do fix=dcp for workload=load_best"

@@ -159,12 +159,35 @@ def test_the_write_probe_writes_in_the_folder_itself_not_in_the_temp_dir(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_key_only_a_framework_with_its_capability_reads_is_refused_with_the_frameworks_own_why():
+    """The schema's `needs` (a capability of train/frameworks/base.py): a framework that provides one of them reads
+    the key; one that does not refuses it with its contract's line (`lacks`), no framework named in the schema."""
+    def resume_of(framework, **dotted):
+        return with_(composed(), workload="resume", framework__name=framework, **dotted)
+
+    pf.check_used(resume_of("torch_loop", checkpoint__pointer=True), ["checkpoint.pointer=true"])
+    pf.check_used(resume_of("lightning", checkpoint__async_save=True), ["checkpoint.async_save=true"])
+    pf.check_used(resume_of("deepspeed", fault__older_run=True), ["fault.older_run=true"])
+    assert refused(pf.check_used, resume_of("deepspeed", checkpoint__async_save=True),
+                   ["checkpoint.async_save=true"]) == (
+        "checkpoint.async_save=True: read only by a framework with dcp_async_save or async_top_k; this run has "
+        "framework=deepspeed, which ignores it: save_checkpoint saves synchronously here; it has no async save to run")
+    assert refused(pf.check_used, resume_of("fastai", checkpoint__async_save=True), ["checkpoint.async_save=true"]) \
+        .endswith("which ignores it: fastai provides no dcp_async_save, an async save through "
+                  "torch.distributed.checkpoint.async_save (checkpoint.async_save)")  # the first it needs
+    assert refused(pf.check_used, resume_of("torch_loop", fault__older_run=True), ["fault.older_run=true"]) == (
+        "fault.older_run=True: read only by a framework with older_run; this run has framework=torch_loop, which "
+        "ignores it: the loop's own `latest` pointer (checkpoint.pointer) has no older run planted for it "
+        "(fault.older_run is DeepSpeed's)")
+
+
 def test_a_key_the_run_ignores_is_refused_in_the_words_the_user_types():
     """framework.name is typed framework, every value the key is read with is listed, booleans read as typed (true)."""
     resume = with_(composed(), workload="resume")
     assert refused(pf.check_used, resume, ["checkpoint.pointer=true"]) == (
-        "checkpoint.pointer=False: read only with framework=torch_loop or framework=lightning; this run has "
-        "framework=fastai, which ignores it")
+        "checkpoint.pointer=False: read only by a framework with pointer; this run has framework=fastai, which "
+        "ignores it: fastai provides no pointer, a `latest` pointer or link that the save writes and the resume "
+        "follows")
     assert refused(pf.check_used, composed(), ["fault.async_fault=overlap"]) == (
         "fault.async_fault=None: read only with checkpoint.async_save=true; this run has checkpoint.async_save=false, "
         "which ignores it")
