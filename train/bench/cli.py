@@ -1,6 +1,6 @@
 """Benchmark: time to verdict, each figure beside its goal (issue 9), recorded to a file.
 
-  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier,hang,interrupt,frameworks,nodes,matrix]
+  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier,hang,interrupt,frameworks,ray,nodes,matrix]
                          [--frameworks lightning,transformers,accelerate,deepspeed]
   (make bench)
 
@@ -28,6 +28,9 @@
 - frameworks: for Lightning, the Trainer, Accelerate and DeepSpeed (--frameworks picks some), a cold
   `python -m train framework=<name> fix=as_shipped` (2 ranks) against bench/plain_<name>.py under torchrun,
   alternately, --repeats times.
+- ray: a cold Ray Train cell (framework=ray_train scenario=shard_lost, 2 workers: one kill, Ray's restart) against a
+  cold torch loop cell of the same shape (crash_mid_save, torch elastic's restart), alternately, --repeats times;
+  the ratio of their median walls, and where the Ray cell's time goes (start, restart, end).
 - nodes: a sweep (JOBS=1) alternating a one-node cell (scenario=seed) and the two-node cell (scenario=no_shared_fs:
   two torch elastic agents on this host, each node's disk its own tmpfs), fastai, fix=broadcast, 2 ranks, at
   one skew, --repeats + 1 of each: per job, launch_start to its summary.json; the median two-node job minus the
@@ -64,6 +67,7 @@ from train.bench.measure import (
     median,
     nodes_run,
     plain_run,
+    ray_cell_runs,
     single_run,
     sweep,
 )
@@ -88,6 +92,8 @@ GOALS = {
     "launcher_imports_fastai": (False, "==", "", "the launcher imports fastai"),
     "launcher_imports_a_framework": (False, "==", "", "the launcher imports fastai, Lightning, transformers, "
                                                       "Accelerate or DeepSpeed"),
+    "ray_cell_vs_loop_cell_ratio": (3.0, "<=", "x", "a cold Ray Train cell (shard_lost: a kill, Ray's restart) / a cold "
+                                                    "torch loop cell of the same shape (crash_mid_save): median walls"),
     **{f"{name}_single_vs_plain_ratio": (0.6, "<=", "x", f"framework={name}: cold single run / plain torchrun "
                                                           f"script bench/plain_{name}.py (median walls)")
        for name in ("lightning", "transformers", "accelerate", "deepspeed")},
@@ -100,6 +106,10 @@ INFO = {
     "ranks_start_s": "cold run: launch_start to the first rank_start (median)",
     "sweep_wall_s": "sweep wall",
     "launcher_peak_rss_mib": "launcher peak resident memory (max over cold runs)",
+    "ray_cell_s": "ray: a cold Ray Train cell's wall (median)",
+    "ray_start_s": "ray: launch to the workers' first start (median)",
+    "ray_restart_s": "ray: the kill to the restarted workers' start (median)",
+    "ray_end_s": "ray: the workers' end to the launch's end (median)",
     "one_node_job_s": "nodes: one-node job (seed), launch_start to summary (median of warm jobs)",
     "two_node_job_s": "nodes: two-node job (no_shared_fs), launch_start to summary (median)",
     "matrix_wall_s": "matrix subset wall, side by side at make matrix's default JOBS (one more than cores)",
@@ -144,7 +154,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="single runs, plain runs, and barrier/unsynced jobs")
     parser.add_argument("--jobs", type=int, default=10, help="jobs in the sweep")
     parser.add_argument("--skew", type=float, default=3.0)
-    parser.add_argument("--only", default="single,sweep,barrier,hang,interrupt,frameworks,nodes,matrix", help="which parts to run")
+    parser.add_argument("--only", default="single,sweep,barrier,hang,interrupt,frameworks,ray,nodes,matrix",
+                        help="which parts to run")
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
                         help="which frameworks --only frameworks runs against their plain scripts")
     parser.add_argument("--matrix-scenarios", default=MATRIX_SCENARIOS, help="the matrix subset's scenarios")
@@ -229,6 +240,12 @@ def main(argv=None):
         for name in args.frameworks.split(","):
             record[f"{name}_runs"] = runs = framework_runs(out_dir, name, args.repeats)
             figures[f"{name}_single_vs_plain_ratio"] = runs["ratio"]
+
+    if "ray" in parts:
+        record["ray"] = run = ray_cell_runs(out_dir / "ray", args.repeats)
+        figures["ray_cell_vs_loop_cell_ratio"], figures["ray_cell_s"] = run["ratio"], run["ray_wall_s"]
+        for phase in ("start", "restart", "end"):
+            figures[f"ray_{phase}_s"] = run["phases_s"][f"{phase}_s"]
 
     if "nodes" in parts:
         run = nodes_run(out_dir / "nodes", args.repeats, 0.0)

@@ -229,6 +229,45 @@ def framework_runs(out_dir: Path, name: str, repeats: int) -> dict:
             "failed": failed, "ratio": round(single / plain, 3) if single and plain and not failed else None}
 
 
+RAY_CELL = ("framework=ray_train", "scenario=shard_lost", "fix=as_shipped")  # a resume: one kill, Ray's restart
+LOOP_CELL = ("framework=torch_loop", "scenario=crash_mid_save", "fix=in_place")  # the same, torch elastic's
+
+
+def ray_cell_runs(out_dir: Path, repeats: int) -> dict:
+    """A cold Ray Train cell (2 workers, one kill, Ray's restart) against a cold torch loop cell of the same shape,
+    alternately; their median walls, and where the Ray cell's time goes from its events (the median of each): launch
+    to its workers' first start (Ray and the worker group starting), the kill to the restarted workers' start, the
+    workers' end to the launch's end (Ray Train's and Ray's shutdown)."""
+    rays, loops, phases = [], [], []
+    for i in range(repeats):
+        rays.append(single_run(out_dir / f"ray{i}", 0.0, [*RAY_CELL, "world_size=2"]))
+        loops.append(single_run(out_dir / f"loop{i}", 0.0, [*LOOP_CELL, "world_size=2"]))
+        found = ray_phases(out_dir / f"ray{i}")
+        if found:
+            phases.append(found)
+        print(f"  ray_train cell {rays[-1]['wall_s']:6.2f} s ({rays[-1]['verdict']})   torch_loop cell "
+              f"{loops[-1]['wall_s']:6.2f} s ({loops[-1]['verdict']})", flush=True)
+    ray, loop = median(r["wall_s"] for r in rays), median(r["wall_s"] for r in loops)
+    failed = any(r["verdict"] is None for r in rays + loops)
+    return {"ray_runs": rays, "loop_runs": loops, "ray_wall_s": ray, "loop_wall_s": loop,
+            "phases_s": {k: median(round(p[k], 3) for p in phases) for k in ("start_s", "restart_s", "end_s")},
+            "ratio": round(ray / loop, 3) if ray and loop and not failed else None}
+
+
+def ray_phases(run_dir: Path):
+    """A Ray Train cell's phases from its events (seconds), or None for a run that did not restart and end."""
+    events = read_events(run_dir) if (run_dir / "events").exists() else []
+    first = {}
+    for e in events:
+        first.setdefault((e["event"], e.get("attempt")), e["t"])
+    ends = [e["t"] for e in events if e["event"] == "rank_end"]
+    needed = [("launch_start", None), ("rank_start", 0), ("crash", 0), ("rank_start", 1), ("launch_end", None)]
+    if not ends or any(k not in first for k in needed):
+        return None
+    return {"start_s": first["rank_start", 0] - first["launch_start", None],
+            "restart_s": first["rank_start", 1] - first["crash", 0], "end_s": first["launch_end", None] - max(ends)}
+
+
 def events_below(root: Path) -> list:
     """Every event of every rank and launcher under root (a run, a sweep, a nodes run's node dirs)."""
     found = []

@@ -63,3 +63,24 @@ def test_a_framework_whose_single_run_failed_gets_no_ratio(tmp_path, monkeypatch
     runs = measure.framework_runs(tmp_path, "deepspeed", 2)
     assert runs["failed"] is True and runs["ratio"] is None
     assert "scenario=crash_mid_save" in runs["single_runs"][0]["extra"]  # seed is n/a for DeepSpeed
+
+
+def test_a_ray_cells_phases_come_from_its_events_and_a_cell_that_never_restarted_has_none(tmp_path):
+    import json
+
+    from train.bench.measure import ray_phases
+
+    def run(*events):
+        folder = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        (folder / "events").mkdir(parents=True)
+        (folder / "events" / "rank0.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+        return folder
+
+    def ev(t, event, rank=0, **fields):
+        return {"t": t, "rank": rank, "event": event, **fields}
+
+    start, end = ev(100.0, "launch_start", "launcher"), ev(130.0, "launch_end", "launcher")
+    killed = [ev(110.0, "rank_start", attempt=0), ev(112.0, "crash", attempt=0), ev(120.5, "rank_start", attempt=1),
+              ev(121.0, "rank_start", 1, attempt=1), ev(125.0, "rank_end", attempt=1)]
+    assert ray_phases(run(start, *killed, end)) == {"start_s": 10.0, "restart_s": 8.5, "end_s": 5.0}
+    assert ray_phases(run(start, *killed[:2], end)) is None
