@@ -78,7 +78,7 @@ class OwnCheckpoints:
             self.loop.events.record("load_error", path=str(named) if named else None, **error_fields(e))
             say(f"Resume failed in your class: {type(e).__name__}: {e}")
             raise
-        models = [p for p in seam.read if MODEL.match(Path(p).name)]
         if client is None:
             return None, None
+        models = [p for p in seam.read if MODEL.match(Path(p).name)]
         return client["epoch"], (Path(models[-1]).parent if models else None)
