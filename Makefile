@@ -42,7 +42,8 @@ run: install ## the seed scenario with two fixes (unsynced, barrier); prints the
 # worker process each, each with its own forkserver); 1: one after another in make's one process (Hydra's
 # basic launcher). Default: one per core (nproc) for sweep; matrix and measured: VERDICT_JOBS, below.
 JOBS     ?= $(shell nproc 2>/dev/null || echo 1)
-jobs      = $(if $(filter-out 1,$(1)),hydra/launcher=jobs hydra.launcher.n_jobs=$(1))
+# the jobs side by side here (JOBS=N), or on a running Ray cluster (RAY=auto or RAY=HOST:PORT: configs/hydra/launcher/ray.yaml)
+jobs      = $(if $(RAY),hydra/launcher=ray hydra.launcher.address=$(RAY),$(if $(filter-out 1,$(1)),hydra/launcher=jobs hydra.launcher.n_jobs=$(1)))
 # matrix and measured: one job more than cores. What is left of their jobs is mostly waiting (a fix that waits out
 # its timeout, a settled skew's last fraction), and a waiting job leaves its core idle (docs/speed.md)
 VERDICT_JOBS = $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
@@ -65,7 +66,7 @@ given     = $(if $(filter command line environment,$(origin $(1))),$($(1)),$(2))
 # a verdict needs no more of a skew than it takes every other rank to be past its load or waiting (the matrix's
 # own cells and what race-lab check reads): skew.end_when_settled, docs/keys.md; ARGS=skew.end_when_settled=false
 settled   = skew.end_when_settled=true
-matrix: install ## scenario x fix (x framework), 5 repeats a cell, one Hydra multirun: make matrix [REPEATS=5 WORLD=2 JOBS=3 SCENARIOS=seed,torn FIXES=barrier,atomic FRAMEWORKS=fastai,lightning ARGS=]
+matrix: install ## scenario x fix (x framework), 5 repeats a cell, one Hydra multirun: make matrix [REPEATS=5 WORLD=2 JOBS=3 RAY=auto SCENARIOS=seed,torn FIXES=barrier,atomic FRAMEWORKS=fastai,lightning ARGS=]
 	$(PY) -m train -m scenario=$(call given,SCENARIOS,$(call options,scenario)) \
 		fix=$(call given,FIXES,$(call given,VARIANTS,$(call options,fix,own))) framework=$(call given,FRAMEWORKS,fastai) \
 		world_size=$(call given,WORLD,2) $(settled) \

@@ -6,8 +6,9 @@ The story, in reading order (.importlinter holds the layers: each part imports o
   launch/        launching: the Hydra job (job.py), the checks before any rank starts (preflight.py, plan.py,
                  own_class.py), one run (experiment.py) driving torch elastic (elastic.py), nodes (nodes.py),
                  a sweep (sweep.py) and its jobs' progress (progress.py), a folder of its own (folders.py), its n/a
-                 jobs left out before any starts (cells.py, with the sweeper in plugins/hydra_plugins/), the
-                 forkserver (forkserver.py), Hydra's errors in one line
+                 jobs left out before any starts (cells.py, with the sweeper in plugins/hydra_plugins/), a
+                 sweep's jobs on a Ray cluster (ray_jobs.py, with its launcher there), the forkserver
+                 (forkserver.py), Hydra's errors in one line
   rank/          one rank: its entry point (entry.py), the worker that joins the group and hands over to the
                  framework's adapter (worker.py), what any code of the rank does to checkpoint files, seen through
                  Python's audit hooks (observe.py), what the forkserver imports once (preload.py)

@@ -1,6 +1,6 @@
 """Benchmark: time to verdict, each figure beside its goal (issue 9), recorded to a file.
 
-  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier,hang,interrupt,frameworks,ray,nodes,matrix]
+  python -m train.bench [--repeats 3] [--jobs 10] [--skew 3] [--only single,sweep,barrier,hang,interrupt,frameworks,ray,nodes,matrix,cluster]
                          [--frameworks lightning,transformers,accelerate,deepspeed]
   (make bench)
 
@@ -40,6 +40,8 @@
 - matrix: a subset of the matrix (--matrix-scenarios x --matrix-fixes, one repeat) as `make matrix` runs it,
   at the default JOBS (one job per core, side by side) and at JOBS=1 (one after another, the floor of
   what side by side saves): each wall, the jobs' verdicts, and the load of the machine around them.
+- cluster: the same sweep of --jobs jobs on the joblib launcher, on a 1-node and a 2-node Ray cluster started on
+  this host (train/bench/ray_cluster.py): the Ray launcher's per-job overhead, and the 1-node and 2-node walls.
 - the launcher imports no framework: checked in a fresh process that imports what `python -m train` does.
 
 Figures go to runs/bench/<time>/bench.json with the machine's cores and the versions. Speed goals
@@ -92,6 +94,8 @@ GOALS = {
     "launcher_imports_fastai": (False, "==", "", "the launcher imports fastai"),
     "launcher_imports_a_framework": (False, "==", "", "the launcher imports fastai, Lightning, transformers, "
                                                       "Accelerate or DeepSpeed"),
+    "ray_launcher_overhead_per_job_s": (0.5, "<=", "s", "hydra/launcher=ray on a 1-node cluster of 4 CPUs against the "
+                                                        "joblib launcher at 2 jobs at a time: (wall - wall) / jobs"),
     "ray_cell_vs_loop_cell_ratio": (3.0, "<=", "x", "a cold Ray Train cell (shard_lost: a kill, Ray's restart) / a cold "
                                                     "torch loop cell of the same shape (crash_mid_save): median walls"),
     **{f"{name}_single_vs_plain_ratio": (0.6, "<=", "x", f"framework={name}: cold single run / plain torchrun "
@@ -110,6 +114,9 @@ INFO = {
     "ray_start_s": "ray: launch to the workers' first start (median)",
     "ray_restart_s": "ray: the kill to the restarted workers' start (median)",
     "ray_end_s": "ray: the workers' end to the launch's end (median)",
+    "ray_1_node_sweep_s": "cluster: the sweep's wall on a 1-node Ray cluster (4 CPUs)",
+    "ray_2_nodes_sweep_s": "cluster: the same on a 2-node Ray cluster (2 CPUs each; the same 2 cores here)",
+    "joblib_sweep_s": "cluster: the same on the joblib launcher, 2 jobs at a time",
     "one_node_job_s": "nodes: one-node job (seed), launch_start to summary (median of warm jobs)",
     "two_node_job_s": "nodes: two-node job (no_shared_fs), launch_start to summary (median)",
     "matrix_wall_s": "matrix subset wall, side by side at make matrix's default JOBS (one more than cores)",
@@ -154,7 +161,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="single runs, plain runs, and barrier/unsynced jobs")
     parser.add_argument("--jobs", type=int, default=10, help="jobs in the sweep")
     parser.add_argument("--skew", type=float, default=3.0)
-    parser.add_argument("--only", default="single,sweep,barrier,hang,interrupt,frameworks,ray,nodes,matrix",
+    parser.add_argument("--only", default="single,sweep,barrier,hang,interrupt,frameworks,ray,nodes,matrix,cluster",
                         help="which parts to run")
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
                         help="which frameworks --only frameworks runs against their plain scripts")
@@ -246,6 +253,15 @@ def main(argv=None):
         figures["ray_cell_vs_loop_cell_ratio"], figures["ray_cell_s"] = run["ratio"], run["ray_wall_s"]
         for phase in ("start", "restart", "end"):
             figures[f"ray_{phase}_s"] = run["phases_s"][f"{phase}_s"]
+
+    if "cluster" in parts:
+        from train.bench.ray_cluster import cluster_runs
+
+        record["cluster"] = run = cluster_runs(out_dir / "cluster", args.jobs)
+        figures["ray_launcher_overhead_per_job_s"] = run["per_job_overhead_s"]
+        for name in ("ray_1_node", "ray_2_nodes", "joblib"):
+            figures[f"{name}_sweep_s"] = run[name]["wall_s"]
+        print(f"  cluster: {', '.join(f'{n} {run[n]}' for n in ('joblib', 'ray_1_node', 'ray_2_nodes'))}", flush=True)
 
     if "nodes" in parts:
         run = nodes_run(out_dir / "nodes", args.repeats, 0.0)

@@ -155,12 +155,13 @@ def sweep_command(argv: list, plan: dict, out: Path) -> list:
     """The one Hydra multirun of every scenario that runs, check.repeats times each, jobs side by side."""
     ran = [s["name"] for s in plan["scenarios"] if not s["cannot"]]
     jobs = _jobs(argv)
+    elsewhere = _given(argv, "hydra/launcher") is not None  # the user's launcher: hydra/launcher=ray, a cluster's
     keys = [a for a in argv if not a.split("=", 1)[0].lstrip("+").startswith(("hydra.sweep.dir", "scenario", "check.",
                                                                              "launch.job_lines"))]
     return [sys.executable, "-m", "train", "-m", *([CHECK_WORLD_SIZE] if _given(argv, "world_size") is None else []),
             *([SETTLED] if _given(argv, "skew.end_when_settled") is None else []), *keys, f"scenario={','.join(ran)}",
             f"repeat=range({plan['repeats']})", f"hydra.sweep.dir={out}", "launch.job_lines=true",  # what run_sweep reads
-            *(["hydra/launcher=jobs", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else [])]
+            *(["hydra/launcher=jobs", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 and not elsewhere else [])]
 
 
 def _jobs(argv) -> int:

@@ -10,12 +10,14 @@ from hydra.errors import (
 )
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
-from train.config import describe, lookup
+from train.config import ConfigError, describe, lookup
 
 
 def config_error_line(e: BaseException):
     """The line for a composition error or an unusable run dir; None for anything else."""
     cause = e.__cause__
+    if isinstance(e, ConfigError):  # from a launcher's setup (no Ray cluster to join), before any job
+        return str(e)
     if isinstance(e, MissingConfigException) and e.missing_cfg_file and "/" in e.missing_cfg_file:
         group, option = e.missing_cfg_file.rsplit("/", 1)
         return f"{group}={option}: no such option; one of {', '.join(e.options or [])}"

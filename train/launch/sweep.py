@@ -13,6 +13,8 @@ Jobs side by side (hydra/launcher=jobs: hydra-joblib-launcher, each job in a lok
 the job hooks then run in the worker, on a copy of this callback. The worker writes what it knows of its
 job to <sweep dir>/.jobs/<num>.json; a thread of the sweep's own process reads those files as they
 come and prints the lines, draws the timelines and, after the last job, the report, as above.
+On a Ray cluster (hydra/launcher=ray, train/launch/ray_jobs.py) the same, the file written by the driver once the
+job's records are back.
 """
 import json
 import logging
@@ -105,6 +107,16 @@ def stop_workers(kill: bool = False):
 
 STOP_FILE = "stop"  # in JOBS_DIR: the sweep was interrupted; a job that starts after it does not run
 stopped_by = []  # the signal that stopped this process's side-by-side sweep, once one has (SweepProgress.stop)
+on_stop = []  # what else stops the jobs then: the Ray launcher's cancel of its tasks, on other machines
+where_jobs_run = []  # what a launcher of jobs on other machines says of them ("on a Ray cluster of 2 nodes, 4 CPUs")
+
+
+def lines_into(callbacks, folder: Path):
+    """In a Ray worker: the sweep's callback writes the job's line into folder, returned to the driver with the job's
+    records, and leaves the worker's session as Ray runs it."""
+    for callback in getattr(callbacks, "callbacks", []):
+        if isinstance(callback, SweepProgress):
+            callback.sweep_dir, callback.leads_session = folder, False
 
 
 def enter_worker():
@@ -139,6 +151,8 @@ def pass_on(signum, sweep_dir: Path):
                 child.send_signal(signum)
         except (psutil.NoSuchProcess, ProcessLookupError):
             pass
+    for stop in list(on_stop):
+        stop()
 
 
 def job_verdict(output_dir, status: str) -> str:
@@ -154,9 +168,12 @@ def job_verdict(output_dir, status: str) -> str:
     return verdict if status in ("ok", "n/a") else f"{verdict} ({status})"
 
 
+ELSEWHERE = ("hydra_plugins.hydra_joblib_launcher.", "hydra_plugins.race_lab_ray_launcher.")  # jobs, ray
+
+
 def side_by_side(hydra_cfg) -> bool:
-    """The sweep's jobs run in worker processes (hydra/launcher=jobs), not in this one."""
-    return "joblib" in str(hydra_cfg.launcher.get("_target_", "")).lower()
+    """The sweep's jobs run in worker processes (hydra/launcher=jobs or ray), not in this one."""
+    return str(hydra_cfg.launcher.get("_target_", "")).startswith(ELSEWHERE)
 
 
 CELL_SWEEPER = "hydra_plugins.race_lab_sweeper.CellSweeper"  # configs/train.yaml's: it leaves n/a jobs out
@@ -172,6 +189,7 @@ def planned(callbacks, total: int, left_out: int):
 class SweepProgress(Callback):
     total = None  # set when a sweep starts; a single run (no -m) leaves it None and is left alone
     in_worker = False  # True in the copy that a side-by-side job's worker process gets
+    leads_session = True  # that worker takes a session of its own (enter_worker); a Ray worker is Ray's to run
     progress = None  # the jobs' progress (begin), unless launch.job_lines or echo_ranks print a line per job
 
     def __getstate__(self):
@@ -192,7 +210,7 @@ class SweepProgress(Callback):
             for name in HYDRA_LAUNCHER_LOGS:
                 logging.getLogger(name).setLevel(logging.WARNING)
         self.at_a_time = ""
-        if self.side_by_side:
+        if self.side_by_side and "n_jobs" in config.hydra.launcher:
             from joblib import effective_n_jobs  # -1: one per core
 
             self.at_a_time = f", {effective_n_jobs(config.hydra.launcher.n_jobs)} at a time"
@@ -202,6 +220,8 @@ class SweepProgress(Callback):
     def begin(self, total: int, left_out: int):
         """The sweep's first line, once it is known which jobs run; left_out: the n/a ones, not launched."""
         self.total = total
+        if self.side_by_side and not self.at_a_time and where_jobs_run:  # said by the Ray launcher's setup
+            self.at_a_time = f", {where_jobs_run[-1]}"
         not_run = f"; {left_out} n/a job{'s' * (left_out != 1)} left out, not run (not_run.json)" if left_out else ""
         print(f"[sweep] {self.total} jobs into {self.sweep_dir}{self.at_a_time}{not_run}", flush=True)
         if not self.job_lines:
@@ -223,7 +243,7 @@ class SweepProgress(Callback):
     def on_job_start(self, config, **kwargs):
         if self.total is None:
             return
-        if self.in_worker:
+        if self.in_worker and self.leads_session:
             enter_worker()
         self.job_started = time.monotonic()
         point = " ".join(config.hydra.overrides.task)
