@@ -62,10 +62,9 @@ class Cluster:
         return [(pid, cmd) for pid, cmd in processes_tagged(self.tag)
                 if not cmd.startswith("ray::") and "/ray/" not in cmd]
 
-    def sweep(self, sweep_dir: Path, *overrides, launcher=("hydra/launcher=ray",), **popen):
-        argv = [sys.executable, "-m", "train", "-m", *launcher, *overrides, f"hydra.sweep.dir={sweep_dir}"]
-        if launcher == ("hydra/launcher=ray",):
-            argv.insert(5, f"hydra.launcher.address={self.address}")
+    def sweep(self, sweep_dir: Path, *overrides, **popen):
+        argv = [sys.executable, "-m", "train", "-m", "hydra/launcher=ray", f"hydra.launcher.address={self.address}",
+                *overrides, f"hydra.sweep.dir={sweep_dir}"]
         return subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, **popen)
 
@@ -111,22 +110,26 @@ def ended(proc, timeout=300) -> str:
         proc.kill()
 
 
+def measured_here(*cells) -> dict:
+    """(scenario, fix) -> the verdict the local launcher measured (docs/measured/torch_loop-*.csv)."""
+    import csv
+
+    rows = [row for path in sorted((ROOT / "docs" / "measured").glob("torch_loop-*.csv"))
+            for row in csv.DictReader(path.open())]
+    return {cell: next(r["verdict"] for r in rows if (r["scenario"], r["fix"]) == cell) for cell in cells}
+
+
 @pytest.mark.slow
 def test_a_matrix_on_two_ray_nodes_gives_the_local_launchers_verdicts_with_every_record_back(cluster, tmp_path):
     on_ray = cluster.sweep(tmp_path / "ray", *POINT)
     out = ended(on_ray)
-    here = cluster.sweep(tmp_path / "here", *POINT, launcher=("hydra/launcher=jobs", "hydra.launcher.n_jobs=2"))
-    out_here = ended(here)
     assert on_ray.returncode == 0, out[-3000:]
-    assert here.returncode == 0, out_here[-3000:]
     assert "[sweep] 4 jobs into" in out and "on a Ray cluster of 2 nodes, 4 CPUs" in out
-    ray_jobs, local_jobs = jobs(tmp_path / "ray"), jobs(tmp_path / "here")
+    ray_jobs = jobs(tmp_path / "ray")
     assert len(ray_jobs) == 4
     verdicts = {k: s["verdict"] for k, (s, _, _) in ray_jobs.items()}
-    assert verdicts == {k: s["verdict"] for k, (s, _, _) in local_jobs.items()}
-    assert verdicts == {
-        ("crash_mid_save", "in_place"): "race", ("cleanup", "in_place"): "race",
-        ("crash_mid_save", "rank0_leads"): "clean", ("cleanup", "rank0_leads"): "clean"}
+    assert verdicts == measured_here(*verdicts)  # the local launcher's, measured (make measured)
+    assert sorted(verdicts.values()) == ["clean", "clean", "race", "race"]
     assert len({node["node_id"] for _, node, _ in ray_jobs.values()}) == 2  # both nodes ran jobs
     for _, _, run in ray_jobs.values():  # each job's whole record is on the driver: events of both ranks, logs
         assert sorted(p.name for p in (run / "events").glob("rank*.jsonl")) == ["rank0.jsonl", "rank1.jsonl"]
