@@ -23,26 +23,11 @@ RAY = str(Path(sys.executable).parent / "ray")
 POINT = ["framework=torch_loop", "world_size=2", "scenario=crash_mid_save,cleanup", "fix=in_place,rank0_leads"]
 
 
-def gcs_port() -> int:
-    """A free port for the head's GCS below Ray's worker ports (10002-19999 by default), which it must not overlap."""
-    import random
-    import socket
-
-    for port in random.sample(range(6380, 9000), 50):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise AssertionError("no free port for the GCS")
-
-
 class Cluster:
     def __init__(self, tag: str, folder: Path):
         self.tag, self.folder = tag, folder
         self.env = {**tagged_env(tag), "RAY_AUTH_MODE": "disabled"}  # loopback only; Ray's tokens are its docs'
-        self.port = gcs_port()
+        self.port = free_port(6380, 9000)  # below Ray's worker ports (10002-19999), which the GCS must not overlap
         self.address = f"127.0.0.1:{self.port}"
 
     def start_node(self, name: str, head: bool):

@@ -56,14 +56,16 @@ def one_of_many(cfg: dict) -> bool:
 EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")  # where the kernel hands out ports nobody asked for
 
 
-def free_port() -> int:
+def free_port(start: int = 10000, end: int | None = None) -> int:
     """A free loopback port for the node agents' rendezvous store, below the kernel's ephemeral range: it is free
     now and bound a moment later by node 0's agent, and a port in that range could be taken in between by any
-    socket given one automatically (a gloo pair, another run's store), as under CI's load (2026-12-02)."""
+    socket given one automatically (a gloo pair, another run's store), as under CI's load (2026-12-02).
+    start, end: a narrower range (a Ray head's GCS port, below Ray's own worker ports)."""
     import random
 
     low = int(EPHEMERAL.read_text().split()[0]) if EPHEMERAL.exists() else 0
-    for port in random.sample(range(10000, low), min(50, max(low - 10000, 0))):
+    low = low if end is None else min(end, low)
+    for port in random.sample(range(start, low), min(50, max(low - start, 0))):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))

@@ -98,7 +98,7 @@ def this_node() -> dict:
     return {"node_id": context.get_node_id(), "host": socket.gethostname(), "pid": os.getpid()}
 
 
-def run_on_node(idx, overrides, hydra_context, config, task_function, singleton_state, driver_node: str):
+def run_on_node(sweep_config, hydra_context, task_function, singleton_state, driver_node: str):
     """In a Ray worker: one job, as hydra's joblib launcher runs it, then its records. The sweep's callback writes
     the job's line into a folder of this task's own, returned with the run dir. On a node other than the driver's,
     the run dir is removed once packed: the driver holds it then, and nothing of the job is left on the node."""
@@ -106,7 +106,6 @@ def run_on_node(idx, overrides, hydra_context, config, task_function, singleton_
     Singleton.set_state(singleton_state)
     lines = Path(tempfile.mkdtemp(prefix="race-lab-job-"))
     sweep.lines_into(hydra_context.callbacks, lines)
-    sweep_config = job_config(hydra_context, config, overrides, idx)
     HydraConfig.instance().set_config(sweep_config)
     returned = run_job(hydra_context=hydra_context, config=sweep_config, task_function=task_function,
                        job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
@@ -148,9 +147,9 @@ def lost_job(sweep_config, overrides, error: BaseException) -> dict:
             "seconds": 0.0, "output_dir": str(run_dir.resolve())}
 
 
-def lost_return(sweep_config) -> JobReturn:
-    """A lost job's return: completed, as a crashed job's is, so that the sweep goes on to the other jobs."""
+def lost_return(sweep_config, status: str = LOST) -> JobReturn:
+    """A lost (or never started) job's return: completed, as a crashed job's is, so that the sweep goes on."""
     returned = JobReturn(overrides=[], cfg=sweep_config, hydra_cfg=None, working_dir=os.getcwd(),
                          task_name=str(sweep_config.hydra.job.name), status=JobStatus.COMPLETED)
-    returned.return_value = LOST
+    returned.return_value = status
     return returned

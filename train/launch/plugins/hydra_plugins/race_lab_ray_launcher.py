@@ -33,14 +33,14 @@ class RayLauncher(Launcher):
         jobs_dir = Path(str(self.config.hydra.sweep.dir)) / sweep.JOBS_DIR
         jobs_dir.mkdir(parents=True, exist_ok=True)
         driver_node = ray.get_runtime_context().get_node_id()
-        shared = [ray.put(x) for x in (self.hydra_context, self.config, self.task_function, Singleton.get_state())]
+        shared = [ray.put(x) for x in (self.hydra_context, self.task_function, Singleton.get_state())]
         task = ray.remote(run_on_node)
         configs, refs = [], {}
-        for i, overrides in enumerate(job_overrides):
+        for i, overrides in enumerate(job_overrides):  # each job's config composed once, here; it travels with it
             idx = initial_job_idx + i
             configs.append(job_config(self.hydra_context, self.config, overrides, idx))
             ref = task.options(max_retries=0, name=f"race-lab job {idx + 1}", **reserves(configs[-1])).remote(
-                idx, list(overrides), shared[0], shared[1], shared[2], shared[3], driver_node)
+                configs[-1], *shared, driver_node)
             refs[ref] = i
 
         pending = list(refs)
@@ -59,8 +59,7 @@ class RayLauncher(Launcher):
                     try:
                         returned, packed, ended = ray.get(ref)
                     except TaskCancelledError:  # interrupted before it started: not run, no line
-                        results[i] = lost_return(configs[i])
-                        results[i].return_value = "not run"
+                        results[i] = lost_return(configs[i], "not run")
                         continue
                     except RayError as e:  # its worker or node died: that job's harness error, the others go on
                         ended, results[i] = lost_job(configs[i], job_overrides[i], e), lost_return(configs[i])
