@@ -143,7 +143,7 @@ def test_async_saves_are_checked_on_their_own_with_check_saves_async():
 
 def test_the_measured_async_rows_name_one_fix_that_holds_them_all():
     """docs/measured/: no single async fix of the torch loop holds all five rows; durable (all of them at once)
-    does. Lightning's async_top_k holds with on_durable. The card sends the reader to docs/async.md."""
+    does. Lightning's async_top_k holds with on_durable. The card sends the reader to durable's file to copy."""
     measured = read_measured("torch_loop")
     assert all(recommended(measured, [name]) for name in ASYNC)
     assert recommended(measured, ASYNC) == "durable"
@@ -153,7 +153,7 @@ def test_the_measured_async_rows_name_one_fix_that_holds_them_all():
     plan = {**PLAN, "framework": "torch_loop", "fix": "in_place", "setup": {"saves": "async"}, "left_out": [],
             "scenarios": [{"name": n, "workload": "resume", "cannot": None} for n in ASYNC]}
     checked = result(plan, {n: [summary("race", "mixed")] for n in ASYNC}, measured)
-    assert last_line(checked).endswith("the change that holds all 5: fix=durable (docs/async.md)")
+    assert last_line(checked).endswith("the change that holds all 5: fix=durable (docs/fixes/torch_loop-durable.md)")
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -68,25 +68,6 @@ def test_a_class_that_does_not_fit_the_loop_is_refused_before_any_rank(tmp_path,
     assert str(refused.value) == f"fix._target_='unfit.{name}': {why}"
 
 
-def test_the_loops_async_scenarios_are_not_checked_for_a_class_of_yours():
-    """Their faults sit in the loop's own dcp.async_save, which a class of yours replaces (the contract's own_lacks):
-    n/a for fix=own, which race-lab check plans as a scenario that cannot run and its card shows as not checked,
-    never as raced (train/report/check_card.py's rule for a class of yours); the built-in fixes still run them."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from train.launch.plan import not_applicable
-
-    def why(fix: str):
-        with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-            return not_applicable(OmegaConf.to_container(compose(config_name="train", overrides=[
-                f"fix={fix}", "framework=torch_loop", "scenario=async_in_flight"])))
-
-    assert why("own") == ("needs dcp_async_save; a class of yours cannot run it in torch_loop: its async scenarios' "
-                          "faults sit in the loop's own dcp.async_save (async_save.py), which a class of yours replaces")
-    assert why("durable") is None
-
-
 def verdicts(launch) -> dict:
     assert launch.rc == 0, launch.out[-3000:]
     return {(s["config"]["fix"].get("_target_") or "").rsplit(".", 1)[-1] + "/" + s["config"]["scenario"]:

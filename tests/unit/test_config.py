@@ -35,8 +35,7 @@ LAPTOP = Machine(cpus=2, gpus=0, memory_mib=16_000, open_files=1024)
      "the end (workload=load_best); this run's is the resume after a restart (workload=resume)"),
     (["scenario=seed", "fix=manifest"], "a fix of the resume after a restart (workload=resume); this run's is "
      "the load of the best at the end (workload=load_best)"),
-    (["scenario=async_in_flight", "framework=torch_loop", "fix=own"], "needs dcp_async_save; a class of yours "
-     "cannot run it in torch_loop: its async scenarios' faults sit"),  # the framework's own_lacks, fix=own alone
+    (["scenario=async_in_flight", "framework=torch_loop", "fix=own"], None),  # a class of yours runs it (own_async.py)
     (["scenario=async_in_flight", "framework=torch_loop", "fix=durable"], None),  # a built-in fix still runs it
     (["scenario=node_local_resume", "framework=ray_train", "fix=as_shipped"], "needs 2 nodes; ray_train starts "
      "its own workers from one driver"),  # own_workers: one node
@@ -45,6 +44,17 @@ LAPTOP = Machine(cpus=2, gpus=0, memory_mib=16_000, open_files=1024)
 def test_a_cell_is_n_a_by_the_scenario_s_needs_the_fix_s_and_the_framework_s_contract(overrides, reason):
     got = not_applicable(composed(*overrides))
     assert got == reason if reason is None else got.startswith(reason), got
+
+
+def test_a_capability_a_contract_says_a_class_of_yours_cannot_run_makes_its_scenarios_n_a_for_fix_own(monkeypatch):
+    """own_lacks (base.py), which a framework package of a team's may declare; race-lab's own frameworks run a class
+    of yours wherever their fixes run."""
+    from train.frameworks import registry
+
+    monkeypatch.setattr(registry.get("torch_loop"), "own_lacks", {"dcp_async_save": "its faults sit in its saver"})
+    assert not_applicable(composed("scenario=async_in_flight", "framework=torch_loop", "fix=own")) == \
+        "needs dcp_async_save; a class of yours cannot run it in torch_loop: its faults sit in its saver"
+    assert not_applicable(composed("scenario=async_in_flight", "framework=torch_loop", "fix=durable")) is None
 
 
 def test_an_n_a_line_names_the_cell_and_its_framework_but_fastai():

@@ -93,6 +93,8 @@ class Framework:
     lacks: ClassVar[Mapping[str, str]] = {}  # workload or capability it lacks -> its one-line why
     own_bases: ClassVar[tuple[OwnBase, ...]] = ()  # what a class of yours (fix=own) may subclass
     own_lacks: ClassVar[Mapping[str, str]] = {}  # capability -> why a class of yours cannot be run where it is needed
+    # fixes besides rank0_leads that are a file to copy: <fix>.py in its package, shown by docs/fixes/<name>-<fix>.md
+    files_to_copy: ClassVar[frozenset[str]] = frozenset()
     preload: ClassVar[tuple[str, ...]] = ()  # what the forkserver imports before the workloads' modules
     config: ClassVar[Mapping[str, Any]] = {}  # a framework with no configs/framework/ file: what its option sets
     # it starts its own worker processes (Ray): race-lab's launcher starts one driver process, which runs the workload

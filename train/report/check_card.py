@@ -6,6 +6,7 @@ Pure functions over the runs' summaries, the check's plan (train/launch/check.py
 import textwrap
 from collections import Counter
 
+from train.frameworks import registry
 from train.report import rates
 from train.report.measured import FIRST_CHOICE, holds_with, recommended
 
@@ -13,16 +14,19 @@ HELD = ("clean", "save_failed")  # save_failed: every rank on the same weights, 
 NOT_COUNTED = rates.NOT_COUNTED
 NOT_CHECKED = "not_checked"  # a scenario a class of yours cannot run in: neither held nor raced
 FIX_DOCS = "docs/fixes/{framework}.md"  # the rank0_leads file of that framework, to copy (docs/fixes/)
+FILE_DOCS = "docs/fixes/{framework}-{fix}.md"  # another fix that is a file to copy (the contract's files_to_copy)
 FRAMEWORK_DOCS = "docs/frameworks.md"  # each framework's section says what its other fixes do
 ASYNC_DOCS = "docs/async.md"  # the async saves' fixes (check.saves=async)
 
 
 def fix_docs(framework: str, fix, saves: str = "sync"):
     """Where the card sends the reader for `fix`: docs/fixes/<framework>.md for rank0_leads (the file to copy),
-    docs/async.md for an async save's fix, else docs/frameworks.md (DeepSpeed's atomic and agreed have no page of
-    their own); None for no fix."""
+    docs/fixes/<framework>-<fix>.md for another file to copy, docs/async.md for an async save's fix, else
+    docs/frameworks.md (DeepSpeed's atomic and agreed have no page of their own); None for no fix."""
     if not fix:
         return None
+    if framework in registry.names() and fix in registry.get(framework).files_to_copy:
+        return FILE_DOCS.format(framework=framework, fix=fix)
     if saves == "async":
         return ASYNC_DOCS
     page = FIX_DOCS.format(framework=framework)

@@ -38,9 +38,9 @@ GROUPS = {
     "stale_tag": ["scenario=stale_tag", "fix=as_shipped,manifest"],
     "zero3": ["scenario=shard_lost", "framework.zero_stage=3", "fix=as_shipped,agreed"],
 }
-SLOW_GROUPS = {  # four more runs of each clean cell: with the first group's one, 5 of 5
-    "agreed": ["scenario=shard_lost", "fix=agreed", "repeat=range(1,5)"],
-    "resume": ["scenario=crash_mid_save", "fault.kill_at=after_save", "fix=as_shipped", "repeat=range(1,5)"],
+SLOW_GROUPS = {  # one more run of each clean cell: with the first group's, 2 of 2 (docs/measured/ holds the 5 of 5)
+    "agreed": ["scenario=shard_lost", "fix=agreed", "repeat=1"],
+    "resume": ["scenario=crash_mid_save", "fault.kill_at=after_save", "fix=as_shipped", "repeat=1"],
     "atomic": ["scenario=shard_lost", "fix=atomic"],
 }
 
@@ -201,10 +201,10 @@ def slow_groups(tmp_path_factory) -> dict:
 
 
 @pytest.mark.slow
-def test_the_clean_cells_are_clean_5_of_5_and_the_tag_written_last_is_clean(groups, slow_groups):
+def test_the_clean_cells_are_clean_twice_and_the_tag_written_last_is_clean(groups, slow_groups):
     for name, first in (("agreed", "shard_lost"), ("resume", "resume")):
         runs = [s for s, _ in slow_groups[name].jobs()] + [by_fix(groups[first])[name == "agreed" and "agreed"
                                                                                    or "as_shipped"][0]]
-        assert [s["verdict"] for s in runs] == ["clean"] * 5, (name, [s["explanation"] for s in runs])
+        assert [s["verdict"] for s in runs] == ["clean"] * 2, (name, [s["explanation"] for s in runs])
     atomic, _ = by_fix(slow_groups["atomic"])["atomic"]
     assert atomic["verdict"] == "clean", atomic["explanation"]

@@ -149,7 +149,8 @@ def test_the_card_has_a_header_a_line_per_scenario_what_was_left_out_and_the_las
 def test_the_card_sends_the_reader_to_the_page_of_the_fix_it_names():
     assert fix_docs("transformers", "rank0_leads") == "docs/fixes/transformers.md"
     assert fix_docs("deepspeed", "agreed") == "docs/frameworks.md"
-    assert fix_docs("torch_loop", "durable", "async") == "docs/async.md"
+    assert fix_docs("torch_loop", "durable", "async") == "docs/fixes/torch_loop-durable.md"  # a file to copy
+    assert fix_docs("torch_loop", "on_durable", "async") == "docs/async.md"
     assert fix_docs("lightning", None) is None and fix_docs("lightning", None, "async") is None
     async_plan = plan(setup={"saves": "async"})
     assert result(async_plan, {**HELD, "torn": [summary("race")]}, MEASURED)["fix_docs"] == "docs/async.md"

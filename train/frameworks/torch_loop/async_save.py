@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint import FileSystemWriter, StorageReader, StorageWriter
 
 from train.fixes import (CheckpointFailed, SyncFailed, complete_when_durable, fresh_folder,
                          group_of_its_own, rename_into_place, safe_dcp_reader, watched)
@@ -59,13 +59,12 @@ def tensors_digest(named: dict) -> str:
     return h.hexdigest()[:16]
 
 
-class ShardWriter(FileSystemWriter):
-    """dcp's own writer, through its public StorageWriter methods: each rank records the digest of the shard it
-    wrote, the save thread's stage is published for the hang watcher, and the scenario's faults sit in the write."""
+class ShardObserver(StorageWriter):
+    """Mixed into a dcp writer (first, over its class), through its public StorageWriter methods: each rank records the digest of the shard
+    it wrote, the save thread's stage is published for the hang watcher, and the scenario's faults sit in the write.
+    It reads `saver` (its events, faults and stage), `epoch` and `step`, set on the writer."""
 
-    def __init__(self, path, saver, epoch: int, step: int):
-        super().__init__(str(path))
-        self.saver, self.epoch, self.step = saver, epoch, step
+    saver, epoch, step = None, -1, 0
 
     def prepare_local_plan(self, plan):
         self.saver.stage = "plan"  # its next step is the plan's gather and scatter on the save's group
@@ -90,6 +89,14 @@ class ShardWriter(FileSystemWriter):
         return done
 
 
+class ShardWriter(ShardObserver, FileSystemWriter):
+    """dcp's own writer, observed (ShardObserver): the loop's async saves."""
+
+    def __init__(self, path, saver, epoch: int, step: int):
+        super().__init__(str(path))
+        self.saver, self.epoch, self.step = saver, epoch, step
+
+
 def outdated(folders: list, published: Path, keep: int) -> list:
     """The epoch<k> folders that the cleanup deletes once `published` is: all but the newest `keep` of those up to
     `published`. A newer one is a save already dispatched (dcp makes its folder then), not yet durable."""
@@ -98,18 +105,26 @@ def outdated(folders: list, published: Path, keep: int) -> list:
     return upto[:-keep]
 
 
+class ShardDigests(StorageReader):
+    """Mixed into a dcp FileSystemReader (first, over its class): keeps, per shard file, the digest of the tensors read from it (digests)."""
+
+    digests: dict = {}
+
+    def read_data(self, plan, planner):
+        done = super().read_data(plan, planner)
+        by_file = {}
+        for item in plan.items:
+            shard = int(self.storage_data[item.storage_index].relative_path.split("_")[2])  # __<rank>_<n>.distcp
+            by_file.setdefault(shard, {})[item.dest_index.fqn] = planner.resolve_tensor(item)
+        self.digests = {shard: tensors_digest(named) for shard, named in by_file.items()}
+        return done
+
+
 def shard_reader(path):
     """safe_dcp_reader for `path`, which also keeps, per shard file, the digest of the tensors read from it."""
 
-    class ShardReader(type(safe_dcp_reader(path))):
-        def read_data(self, plan, planner):
-            done = super().read_data(plan, planner)
-            by_file = {}
-            for item in plan.items:
-                shard = int(self.storage_data[item.storage_index].relative_path.split("_")[2])  # __<rank>_<n>.distcp
-                by_file.setdefault(shard, {})[item.dest_index.fqn] = planner.resolve_tensor(item)
-            self.digests = {shard: tensors_digest(named) for shard, named in by_file.items()}
-            return done
+    class ShardReader(ShardDigests, type(safe_dcp_reader(path))):
+        pass
 
     return ShardReader(path)
 

@@ -29,7 +29,9 @@ class TorchLoop(Framework):
     }
     # fix=own: a plain loop has no base class; a class of yours is what loop writers write (docs/fixes/torch_loop.md's
     # Rank0Checkpoints): built with the checkpoint folder and fix.kwargs, save(epoch, state) on every rank after
-    # each epoch, resume() on every rank at each attempt's start, returning the state saved or None (own.py)
+    # each epoch, resume() on every rank at each attempt's start, returning the state saved or None, and close(), if
+    # it has one, on every rank once training ends (own.py); where a scenario saves async, its dcp.async_save and
+    # dcp.load are where the faults sit (own_async.py; docs/fixes/torch_loop-durable.md's file is one such class)
     own_bases = (
         OwnBase(
             None,
@@ -38,10 +40,7 @@ class TorchLoop(Framework):
             methods={"save": ("epoch", "state"), "resume": ()},
         ),
     )
-    own_lacks = {
-        "dcp_async_save": "its async scenarios' faults sit in the loop's own dcp.async_save (async_save.py), which "
-        "a class of yours replaces"
-    }
+    files_to_copy = frozenset({"durable"})  # durable.py: every async fix at once, as a class of yours
     no_fix = {"as_shipped": "there is no framework to ship one: the loop as written is fix=in_place"}
     provides = frozenset({"pointer", "listing", "dcp_async_save"})
     lacks = {

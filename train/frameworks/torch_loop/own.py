@@ -14,6 +14,9 @@ Your class cooperates with nothing: the scenario's faults are placed at what it 
   delete_race   a remove in the folder (audit hook: os.remove, shutil.rmtree) waits as the loop's own does
                 (faults.before_delete); rank 0's waits for a peer that deletes it too, or for every peer's save to
                 return (a class where rank 0 alone deletes never waits long)
+  async_fault   where a scenario saves async (checkpoint.async_save), at what your code does through dcp.async_save
+                and dcp.load (own_async.py), instead of the two kills above
+Your class's close(), if it has one, is called on every rank once training ends (an async save's last wait).
 The loop records the save (save_start, save_end: the largest file the save changed) on rank 0, each resume with
 the file this rank's code read (or none: it got the state from a peer), a save that failed removing a file as
 rotate_error, and a resume that raised as load_error; the judge reads them as it reads the loop's own.
@@ -32,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from train.events import attempt
+from train.frameworks.torch_loop.own_async import ObservedDcp
 from train.toolkit.errors import error_fields
 from train.toolkit.listing import stale_listing
 from train.toolkit.model import weights_digest
@@ -91,6 +95,8 @@ class OwnCheckpoints:
         self.folder, self.events, self.faults, self.fault = os.path.abspath(folder), events, faults, cfg["fault"]
         self.timeout_s = cfg["timeout"]["collective_s"]
         self.me, self.peers = dist.get_rank(), range(1, dist.get_world_size())
+        # an async scenario's faults sit in dcp: observed before your module is imported (own_async.py)
+        self.dcp = ObservedDcp(events, faults) if cfg["checkpoint"]["async_save"] else None
         self.user = named_class(cfg["fix"]["_target_"])(str(folder), **cfg["fix"]["kwargs"])
         self.doing = None  # ("save", epoch) or ("resume",) while your code runs, on the loop's thread
         self.removing = None  # the last file your code's save removed (or began to)
@@ -100,14 +106,18 @@ class OwnCheckpoints:
 
     # --- the loop's calls ---
     def save(self, epoch: int, step: int, weights: dict):
-        """Your save, on every rank; rank 0 records it and may be killed in it or after it."""
-        before = snapshot(self.folder) if self.me == 0 else {}
-        if self.me == 0:
+        """Your save, on every rank; rank 0 records it and may be killed in it or after it. An async one is
+        recorded and faulted through dcp (own_async.py), and its point once dispatched is when your save returned."""
+        synchronous = self.dcp is None
+        before = snapshot(self.folder) if self.me == 0 and synchronous else {}
+        if self.me == 0 and synchronous:
             self.events.record("save_start", epoch=epoch, step=step, path=None)
         state = {"model": weights, "epoch": epoch, "step": step}
+        if self.dcp:
+            self.dcp.saving = (epoch, step, weights_digest(weights))
         self.doing, self.removing = ("save", epoch), None
         try:
-            if self.kills("mid_write", epoch):
+            if synchronous and self.kills("mid_write", epoch):
                 with self.cut_writes(epoch):
                     self.user.save(epoch, state)
                 self.killed("after_save", epoch, self.folder, "its bytes went nowhere the loop could cut them")
@@ -123,7 +133,9 @@ class OwnCheckpoints:
             self.doing = None
         if self.fault["delete_race"] and self.me != 0:
             default_store().set(f"race-lab/own/saved/{epoch}/{self.me}", "1")
-        if self.me == 0:
+        if self.dcp:
+            self.faults.async_dispatched(epoch, self.dcp.dispatched or self.folder)
+        elif self.me == 0:
             after = snapshot(self.folder)
             changed = [n for n, v in after.items() if before.get(n) != v]
             path = os.path.join(self.folder, max(changed, key=lambda n: after[n][1])) if changed else None
@@ -134,6 +146,8 @@ class OwnCheckpoints:
     def resume(self):
         """Your resume, on every rank: (the state or None, the largest file this rank's code read or None)."""
         self.read, self.doing = {}, ("resume",)
+        if self.dcp:
+            self.dcp.loaded, self.dcp.digests = None, {}
         stale = self.fault["stale_listing"] and self.me != 0 and attempt() > 0
         try:
             if stale:
@@ -147,7 +161,23 @@ class OwnCheckpoints:
             raise
         finally:
             self.doing = None
+        if self.dcp and self.dcp.loaded and state is not None:  # a dcp folder read: its shards, each rank's
+            for shard, digest in sorted(self.dcp.digests.items()):
+                self.events.record("shard_read", step=int(state["step"]), shard=shard, digest=digest,
+                                   path=self.dcp.loaded)
+            return state, self.dcp.loaded
         return state, self.largest_read()
+
+    def close(self):
+        """Your class's close(), if it has one, on every rank once training ends."""
+        close = getattr(self.user, "close", None)
+        if close is None:
+            return
+        self.doing = ("close",)
+        try:
+            close()
+        finally:
+            self.doing = None
 
     def largest_read(self):
         return max(self.read, key=self.read.get) if self.read else None

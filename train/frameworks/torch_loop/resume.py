@@ -122,7 +122,7 @@ class ResumeLoop:
     def run(self):
         cfg, data = self.cfg, self.cfg["data"]
         start_attempt(self.rank, self.folder)
-        self.saver = AsyncSaver(self) if cfg["checkpoint"]["async_save"] else None
+        self.saver = AsyncSaver(self) if cfg["checkpoint"]["async_save"] and not self.own else None
         torch.manual_seed(cfg["seed"])
         x_train, y_train, _, _ = digits_split(data, cfg["seed"])
         train_set = TensorDataset(x_train, y_train)
@@ -151,6 +151,8 @@ class ResumeLoop:
                 self.rotate()
             if self.saver:
                 self.saver.end()  # the last save, durable before the run ends (async_save.py)
+            if self.own:
+                self.own.close()  # your class's close(), if it has one
         except SyncFailed:
             raise RuntimeError("a sync failed (recorded)") from None
         except Exception as e:  # recorded, then the rank dies as a real loop would: torch elastic restarts it
@@ -277,7 +279,7 @@ class ResumeLoop:
             self.events.record("resume", epoch=-1, step=0, path=None, digest=self.digest(), listing=[])
             return 0
         self.model.module.load_state_dict(state["model"])
-        epoch, step = state["epoch"], state["step"]
+        epoch, step = int(state["epoch"]), int(state["step"])
         self.events.record("resume", epoch=epoch, step=step, path=path, digest=self.digest(), listing=[])
         say(f"Resumed with your class's state (epoch {epoch}, step {step}" + (f", read from {Path(path).name})."
                                                                             if path else ")."))
