@@ -205,10 +205,7 @@ class AsyncSaver:
     def failed(self, future, epoch: int, step: int):
         """The Future's callback, in the save's thread: a save that raised is recorded (async_save_error) even when
         the loop never asks for its result (a process that ends with it pending: its error goes with the Future)."""
-        e = future.exception()
-        if e is not None:
-            self.events.record("async_save_error", epoch=epoch, step=step, error_type=type(e).__name__,
-                               message=str(e).strip().splitlines()[0][:300] if str(e).strip() else "")
+        record_if_failed(self.events, future, epoch, step)
 
     def publish(self, path: Path):
         """The pointer names `path` and the checkpoints older than the newest checkpoint.keep_last up to it go (rank
@@ -306,6 +303,15 @@ class AsyncSaver:
                 except (RuntimeError, dist.DistError):
                     pass
                 os._exit(hang.EXIT_HUNG)
+
+
+def record_if_failed(events, future, epoch: int, step: int) -> bool:
+    """An async save's Future that raised is recorded as async_save_error; True if it did."""
+    e = future.exception()
+    if e is not None:
+        events.record("async_save_error", epoch=epoch, step=step, error_type=type(e).__name__,
+                      message=str(e).strip().splitlines()[0][:300] if str(e).strip() else "")
+    return e is not None
 
 
 def _dcp_load_with(state: dict, path, reader):

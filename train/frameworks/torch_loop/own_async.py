@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
-from train.frameworks.torch_loop.async_save import ShardDigests, ShardObserver
+from train.frameworks.torch_loop.async_save import ShardDigests, ShardObserver, record_if_failed
 
 _OBSERVED: dict = {}  # (mixin, class) -> the observed subclass
 
@@ -76,11 +76,7 @@ class ObservedDcp:
 
     def ended(self, future, epoch: int, step: int, path: str, digest: str, dispatched_t: float):
         """The Future's callback, in the save's thread: durable (rank 0 records save_end) or failed."""
-        e = future.exception()
-        if e is not None:
-            self.events.record("async_save_error", epoch=epoch, step=step, error_type=type(e).__name__,
-                               message=str(e).strip().splitlines()[0][:300] if str(e).strip() else "")
-        elif dist.is_initialized() and dist.get_rank() == 0:
+        if not record_if_failed(self.events, future, epoch, step) and dist.is_initialized() and dist.get_rank() == 0:
             self.events.record("save_end", epoch=epoch, step=step, path=path, digest=digest,
                                dispatched_t=dispatched_t, durable_t=time.time())
 
